@@ -1,0 +1,185 @@
+"""Command line: ``fimls serve``, ``fimls complete``, ``fimls stats``.
+
+Every option of the options tree is a flag here (``--max-tokens``) and a camelCase key in
+the editor's ``initializationOptions`` (``maxTokens``): one converter reads both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from fimls import __version__
+from fimls.config import Options, apply_dict, describe
+
+log = logging.getLogger(__name__)
+
+
+def _add_option_flags(p: argparse.ArgumentParser) -> None:
+    for key, flag, default, doc in describe():
+        p.add_argument(flag, dest=f"opt_{key}", default=None, metavar="VALUE",
+                       help=f"{doc} (default: {default}; initializationOptions key: {key})")
+
+
+def _options_from_args(args: argparse.Namespace) -> Options:
+    data: dict[str, Any] = {}
+    for name, value in vars(args).items():
+        if name.startswith("opt_") and value is not None:
+            key = name[4:]
+            data[key] = _parse_scalar(value)
+    opts, warnings = apply_dict(Options(), data)
+    for w in warnings:
+        print(f"fimls: {w}", file=sys.stderr)
+    return opts
+
+
+def _parse_scalar(value: str) -> Any:
+    """Command-line values are strings: numbers become ints so one converter serves all."""
+    try:
+        return int(value)
+    except ValueError:
+        return value
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("fimls").setLevel(level)
+
+
+def make_engine(options: Options) -> Any:
+    """Build the real llama.cpp engine for ``options`` (raises ModelLoadError)."""
+    from fimls.engine.core import Engine, EngineConfig
+    from fimls.models import resolve_model
+
+    m = options.model
+    return Engine(EngineConfig(model_path=resolve_model(m.model), n_ctx=m.n_ctx,
+                               n_batch=m.n_batch, threads=m.threads,
+                               n_gpu_layers=m.n_gpu_layers, fim_order=m.fim_order))
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """LSP over stdio."""
+    opts = _options_from_args(args)
+    _setup_logging(opts.logging.log_level)
+    from fimls.server import serve
+
+    serve(opts, make_engine)
+    return 0
+
+
+def _example_path() -> Path:
+    return Path(str(resources.files("fimls").joinpath("examples/primes.py")))
+
+
+def _parse_target(target: str | None) -> tuple[Path, int, int | None]:
+    if not target:
+        path = _example_path()
+        # The cursor goes at the end of the loop header, where the body is missing.
+        lines = path.read_text(encoding="utf-8").split("\n")
+        line = next(i for i, t in enumerate(lines, 1) if t.startswith("    for n in"))
+        return path, line, None
+    parts = target.rsplit(":", 2)
+    if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
+        return Path(parts[0]), int(parts[1]), int(parts[2])
+    parts = target.rsplit(":", 1)
+    if len(parts) == 2 and parts[1].isdigit():
+        return Path(parts[0]), int(parts[1]), None
+    raise SystemExit(f"fimls: expected FILE:LINE[:COL] (1-based), got {target!r}")
+
+
+def cmd_complete(args: argparse.Namespace) -> int:
+    """One completion through the same engine and prompt builder as the server."""
+    opts = _options_from_args(args)
+    _setup_logging(opts.logging.log_level)
+    from fimls.documents import Pos, TextDocument
+    from fimls.engine.api import CompletionRequest
+    from fimls.engine.llama import ModelLoadError
+
+    path, line, col = _parse_target(args.target)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        print(f"fimls: cannot read {path}: {exc}", file=sys.stderr)
+        return 2
+    text = raw.decode("utf-8", errors="replace")
+    doc = TextDocument(uri=path.resolve().as_uri(), language_id="", version=0, text=text)
+    if col is None:
+        col = len(doc.line_text(line - 1)) + 1
+    pos = Pos(max(0, line - 1), max(0, col - 1))
+    prefix, suffix = doc.prefix_suffix(pos, "utf-32")
+    try:
+        engine = make_engine(opts)
+    except ModelLoadError as exc:
+        print(f"fimls: {exc}", file=sys.stderr)
+        return 1
+    c = opts.completion
+    req = CompletionRequest(uri=doc.uri, version=0, prefix=prefix, suffix=suffix,
+                            rel_path=path.name, max_tokens=c.max_tokens,
+                            max_lines=c.max_lines, speculative=c.speculative)
+    result = engine.complete(req, lambda: False)
+    engine.close()
+    where = f"{path}:{pos.line + 1}:{pos.character + 1}"
+    print(f"--- completion at {where} ({opts.model.model or 'embedded default model'})")
+    print(result.text)
+    print("--- latency record")
+    print(result.record.to_json())
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    """p50/p95 of each latency field and counts by outcome."""
+    from fimls.latency import format_summary, read_records, summarize
+
+    path = Path(args.log) if args.log else None
+    if path is None:
+        from fimls.models import default_latency_log
+        path = default_latency_log()
+    if not path.exists():
+        print(f"fimls: no latency log at {path}", file=sys.stderr)
+        return 1
+    s = summarize(read_records(path))
+    if args.json:
+        print(json.dumps(s, indent=2))
+    else:
+        print(f"latency log: {path}")
+        print(format_summary(s))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser for all subcommands."""
+    p = argparse.ArgumentParser(prog="fimls", description="Local fill-in-the-middle code "
+                                "completion over the Language Server Protocol.")
+    p.add_argument("--version", action="version", version=f"fimls {__version__}")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("serve", help="run the language server over stdio")
+    _add_option_flags(s)
+    s.add_argument("--stdio", action="store_true", help="accepted for LSP clients; stdio is "
+                   "the only transport")
+    s.set_defaults(func=cmd_serve)
+    c = sub.add_parser("complete", help="one completion at FILE:LINE[:COL] (1-based); "
+                       "without a target, on a bundled example")
+    c.add_argument("target", nargs="?", help="FILE:LINE[:COL]")
+    _add_option_flags(c)
+    c.set_defaults(func=cmd_complete)
+    st = sub.add_parser("stats", help="summarise a latency log")
+    st.add_argument("log", nargs="?", help="latency log (default: the user state dir's)")
+    st.add_argument("--json", action="store_true", help="machine-readable output")
+    st.set_defaults(func=cmd_stats)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``fimls`` console script."""
+    args = build_parser().parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

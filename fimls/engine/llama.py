@@ -1,0 +1,304 @@
+"""A thin, typed wrapper over llama-cpp-python's low-level C API.
+
+Only what the decode loop needs: load a model, tokenize, render pieces, decode a batch
+with logits at chosen positions, read one position's logits as a NumPy view, and trim the
+KV cache. The high-level ``llama_cpp.Llama`` class is avoided on purpose: its draft-model
+path forces ``logits_all`` (n_ctx x n_vocab floats), and its ``suffix=`` FIM is broken.
+"""
+
+from __future__ import annotations
+
+import bisect
+import ctypes
+import logging
+import os
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import llama_cpp as L
+import numpy as np
+import numpy.typing as npt
+
+log = logging.getLogger(__name__)
+
+_backend_lock = threading.Lock()
+_backend_ready = False
+_log_callback: Any = None  # keep the ctypes callback alive for the process lifetime
+
+# ggml_log_level: 1 debug, 2 info, 3 warn, 4 error, 5 continuation. Load-time info and the
+# warnings every GGUF triggers (SWA cache size, token types) are chatter for our users.
+_LLAMA_LEVELS = {1: logging.DEBUG, 2: logging.DEBUG, 3: logging.INFO, 4: logging.ERROR,
+                 5: logging.DEBUG}
+
+
+class ModelLoadError(Exception):
+    """The model file could not be loaded; the message names the path and the reason."""
+
+
+def _route_native_logs() -> None:
+    """Send llama.cpp's chatter to Python logging (stderr) at debug level, not raw stderr."""
+    global _log_callback
+    native = logging.getLogger("fimls.native")
+
+    @L.llama_log_callback
+    def _cb(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
+        lvl = _LLAMA_LEVELS.get(level, logging.DEBUG)
+        if native.isEnabledFor(lvl):
+            native.log(lvl, "%s", text.decode("utf-8", "replace").rstrip())
+
+    _log_callback = _cb
+    L.llama_log_set(_cb, ctypes.c_void_p(0))
+
+
+def backend_init() -> None:
+    """Initialise llama.cpp once per process."""
+    global _backend_ready
+    with _backend_lock:
+        if not _backend_ready:
+            _route_native_logs()
+            L.llama_backend_init()
+            _backend_ready = True
+
+
+def check_gguf_file(path: Path) -> None:
+    """Raise ModelLoadError with a clear reason unless ``path`` looks like a GGUF file.
+
+    llama.cpp reports a bad file only as a NULL pointer (and may abort on some corrupt
+    files), so the cheap checks happen here first.
+    """
+    if not path.exists():
+        raise ModelLoadError(f"model file not found: {path}")
+    if path.is_dir():
+        raise ModelLoadError(f"model path is a directory, not a GGUF file: {path}")
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as fh:
+            magic = fh.read(4)
+    except OSError as exc:
+        raise ModelLoadError(f"cannot read model file {path}: {exc}") from exc
+    if size == 0:
+        raise ModelLoadError(f"model file is empty: {path}")
+    if magic != b"GGUF":
+        raise ModelLoadError(f"not a GGUF file (bad magic {magic!r}): {path}")
+
+
+class Vocab:
+    """Token-level view of a model's vocabulary (tokenize, pieces, special ids)."""
+
+    def __init__(self, model_ptr: Any) -> None:
+        self._vocab = L.llama_model_get_vocab(model_ptr)
+        self.n_tokens: int = L.llama_vocab_n_tokens(self._vocab)
+        self.bos: int = L.llama_vocab_bos(self._vocab)
+        self.eos: int = L.llama_vocab_eos(self._vocab)
+        self.eot: int = L.llama_vocab_eot(self._vocab)
+        self.add_bos: bool = bool(L.llama_vocab_get_add_bos(self._vocab))
+        self.fim_pre: int = L.llama_vocab_fim_pre(self._vocab)
+        self.fim_suf: int = L.llama_vocab_fim_suf(self._vocab)
+        self.fim_mid: int = L.llama_vocab_fim_mid(self._vocab)
+        self.fim_pad: int = L.llama_vocab_fim_pad(self._vocab)
+        self.fim_rep: int = L.llama_vocab_fim_rep(self._vocab)
+        self.fim_sep: int = L.llama_vocab_fim_sep(self._vocab)
+        self._piece_cache: dict[int, bytes] = {}
+        self._sorted: tuple[list[bytes], list[int]] | None = None
+        self._eog_ids: list[int] | None = None
+
+    def tokenize(self, text: str | bytes, *, add_special: bool = False,
+                 parse_special: bool = False) -> list[int]:
+        """Tokenize ``text``; ``add_special`` adds BOS where the model wants one."""
+        data = text.encode("utf-8") if isinstance(text, str) else text
+        cap = len(data) + 16
+        buf = (L.llama_token * cap)()
+        n = L.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, parse_special)
+        if n < 0:
+            cap = -n
+            buf = (L.llama_token * cap)()
+            n = L.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special,
+                                 parse_special)
+        return list(buf[:n])
+
+    def piece(self, token: int) -> bytes:
+        """The bytes a token renders to (special tokens render as their text)."""
+        cached = self._piece_cache.get(token)
+        if cached is not None:
+            return cached
+        buf = ctypes.create_string_buffer(64)
+        n = L.llama_token_to_piece(self._vocab, token, buf, 64, 0, True)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = L.llama_token_to_piece(self._vocab, token, buf, -n, 0, True)
+        out = buf.raw[:n]
+        self._piece_cache[token] = out
+        return out
+
+    def text_piece(self, token: int) -> bytes:
+        """The bytes a token contributes to generated text: nothing for control tokens."""
+        if self.is_control(token):
+            return b""
+        return self.piece(token)
+
+    def token_text(self, token: int) -> str:
+        """The vocabulary entry's raw text (as stored in the GGUF)."""
+        raw = L.llama_vocab_get_text(self._vocab, token)
+        return raw.decode("utf-8", "replace") if raw else ""
+
+    def is_eog(self, token: int) -> bool:
+        """End-of-generation token (EOS, EOT, FIM pad/sep...) as llama.cpp classifies it."""
+        return bool(L.llama_vocab_is_eog(self._vocab, token))
+
+    def is_control(self, token: int) -> bool:
+        """Control (special) token."""
+        return bool(L.llama_vocab_is_control(self._vocab, token))
+
+    def single_token(self, text: str) -> int | None:
+        """The id of ``text`` when it tokenizes (special tokens parsed) to exactly one token."""
+        ids = self.tokenize(text, add_special=False, parse_special=True)
+        if len(ids) == 1 and self.piece(ids[0]) == text.encode("utf-8"):
+            return ids[0]
+        return None
+
+    def _sorted_pieces(self) -> tuple[list[bytes], list[int]]:
+        # Built once, lazily: sorted pieces let "all tokens starting with r" be a bisect range.
+        if self._sorted is None:
+            pairs = []
+            for tok in range(self.n_tokens):
+                if self.is_control(tok):
+                    continue
+                p = self.piece(tok)
+                if p:
+                    pairs.append((p, tok))
+            pairs.sort()
+            self._sorted = ([p for p, _ in pairs], [t for _, t in pairs])
+        return self._sorted
+
+    def tokens_consistent_with(self, constraint: bytes) -> npt.NDArray[np.int64]:
+        """Ids of tokens whose piece starts with ``constraint`` or is a prefix of it.
+
+        Used for token healing: the text typed after the last whole token is forced, and
+        the model picks its best token among those that agree with it.
+        """
+        pieces, ids = self._sorted_pieces()
+        lo = bisect.bisect_left(pieces, constraint)
+        hi = bisect.bisect_left(pieces, constraint + b"\xff\xff\xff\xff", lo)
+        out = list(ids[lo:hi])
+        for k in range(1, len(constraint)):
+            head = constraint[:k]
+            j = bisect.bisect_left(pieces, head)
+            if j < len(pieces) and pieces[j] == head:
+                out.append(ids[j])
+        return np.asarray(out, dtype=np.int64)
+
+    def release(self) -> None:
+        """Drop caches (the vocab itself belongs to the model)."""
+        self._piece_cache.clear()
+        self._sorted = None
+
+
+class LlamaModel:
+    """One loaded GGUF model and its single inference context (sequence 0)."""
+
+    def __init__(self, path: Path, *, n_ctx: int = 4096, n_batch: int = 512,
+                 threads: int | None = None, n_gpu_layers: int = 0,
+                 vocab_only: bool = False) -> None:
+        backend_init()
+        check_gguf_file(path)
+        self.path = path
+        mp = L.llama_model_default_params()
+        mp.n_gpu_layers = n_gpu_layers
+        mp.vocab_only = vocab_only
+        self._model = L.llama_model_load_from_file(str(path).encode("utf-8"), mp)
+        if not self._model:
+            raise ModelLoadError(f"llama.cpp could not load the model file (truncated or "
+                                 f"unsupported GGUF?): {path}")
+        self.vocab = Vocab(self._model)
+        self.n_vocab = self.vocab.n_tokens
+        self.n_ctx_train: int = L.llama_model_n_ctx_train(self._model)
+        self._ctx: Any = None
+        self._batch: Any = None
+        self._abort_cb: Any = None
+        self._abort_flag: Callable[[], bool] | None = None
+        self.n_ctx = 0
+        self.n_batch = 0
+        if vocab_only:
+            return
+        nthreads = threads or max(1, min(8, os.cpu_count() or 1))
+        cp = L.llama_context_default_params()
+        cp.n_ctx = n_ctx
+        cp.n_batch = n_batch
+        cp.n_ubatch = n_batch
+        cp.n_threads = nthreads
+        cp.n_threads_batch = nthreads
+        cp.n_seq_max = 1
+        self._ctx = L.llama_init_from_model(self._model, cp)
+        if not self._ctx:
+            L.llama_model_free(self._model)
+            self._model = None
+            raise ModelLoadError(f"could not create a context (n_ctx={n_ctx}) for {path}")
+        self.n_ctx = L.llama_n_ctx(self._ctx)
+        self.n_batch = n_batch
+        self._batch = L.llama_batch_init(n_batch, 0, 1)
+        self._mem = L.llama_get_memory(self._ctx)
+
+        @L.ggml_abort_callback
+        def _abort(_data: ctypes.c_void_p) -> bool:
+            flag = self._abort_flag
+            return bool(flag is not None and flag())
+
+        self._abort_cb = _abort
+        L.llama_set_abort_callback(self._ctx, _abort, ctypes.c_void_p(0))
+
+    def meta(self, key: str) -> str | None:
+        """A GGUF metadata value as a string, or None."""
+        buf = ctypes.create_string_buffer(512)
+        n = L.llama_model_meta_val_str(self._model, key.encode(), buf, 512)
+        return buf.value.decode("utf-8", "replace") if n >= 0 else None
+
+    def set_abort(self, flag: Callable[[], bool] | None) -> None:
+        """Install the predicate llama.cpp polls during a decode; true aborts the batch."""
+        self._abort_flag = flag
+
+    def decode(self, tokens: Sequence[int], start_pos: int, logits_at: Sequence[int]) -> bool:
+        """Evaluate ``tokens`` at positions ``start_pos...``; logits only at ``logits_at``.
+
+        Returns False when the abort predicate stopped the computation.
+        """
+        b = self._batch
+        n = len(tokens)
+        if n > self.n_batch:
+            raise ValueError(f"batch of {n} exceeds n_batch {self.n_batch}")
+        want = set(logits_at)
+        b.n_tokens = n
+        for i, tok in enumerate(tokens):
+            b.token[i] = tok
+            b.pos[i] = start_pos + i
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = 0
+            b.logits[i] = 1 if i in want else 0
+        rc = L.llama_decode(self._ctx, b)
+        if rc == 2:
+            return False
+        if rc != 0:
+            raise RuntimeError(f"llama_decode failed with code {rc}")
+        return True
+
+    def logits(self, i: int) -> npt.NDArray[np.float32]:
+        """A view (no copy) of the logits at batch index ``i`` of the last decode (-1: last)."""
+        ptr = L.llama_get_logits_ith(self._ctx, i)
+        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
+
+    def kv_truncate(self, n_keep: int) -> None:
+        """Drop every cached position >= n_keep of sequence 0."""
+        L.llama_memory_seq_rm(self._mem, 0, n_keep, -1)
+
+    def close(self) -> None:
+        """Free the context and the model."""
+        if self._batch is not None:
+            L.llama_batch_free(self._batch)
+            self._batch = None
+        if self._ctx:
+            L.llama_free(self._ctx)
+            self._ctx = None
+        if self._model:
+            L.llama_model_free(self._model)
+            self._model = None

@@ -1,0 +1,167 @@
+"""The per-request latency record, its JSON Lines writer, and ``fimls stats`` summaries.
+
+One record per completion request, whatever its outcome. Records hold no document text:
+only the URI, sizes and timings.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+OUTCOMES = ("returned", "empty", "superseded", "cancelled", "error")
+TIMING_FIELDS = ("queue_ms", "prompt_ms", "ttft_ms", "decode_ms", "total_ms")
+COUNT_FIELDS = ("prompt_tokens", "reused_tokens", "generated_tokens", "drafted_tokens",
+                "accepted_tokens")
+
+
+@dataclass(kw_only=True)
+class LatencyRecord:
+    """What one request cost, and how it ended."""
+
+    ts: float = field(default_factory=time.time)
+    uri: str = ""
+    version: int | None = None
+    request_id: str | None = None
+    queue_ms: float = 0.0
+    prompt_ms: float = 0.0
+    ttft_ms: float = 0.0
+    decode_ms: float = 0.0
+    total_ms: float = 0.0
+    prompt_tokens: int = 0
+    reused_tokens: int = 0
+    memo_tokens: int = 0  # tokens replayed from the previous generation without compute
+    generated_tokens: int = 0
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+    draft: str = "none"
+    outcome: str = "empty"
+    model: str = ""
+    stop: str = ""
+    error: str | None = None
+
+    def to_json(self) -> str:
+        """One JSON line, timings rounded to 0.01 ms."""
+        d = asdict(self)
+        for k in TIMING_FIELDS:
+            d[k] = round(float(d[k]), 2)
+        return json.dumps(d, separators=(",", ":"))
+
+
+class LatencyLog:
+    """Appends records to a JSON Lines file; safe to call from any thread."""
+
+    def __init__(self, path: Path | None) -> None:
+        self._lock = threading.Lock()
+        self._path = path
+        self._fh: Any = None
+        self._warned = False
+
+    @property
+    def path(self) -> Path | None:
+        """Where records go (None: nowhere)."""
+        return self._path
+
+    def set_path(self, path: Path | None) -> None:
+        """Switch files (configuration change); the old file is closed."""
+        with self._lock:
+            if self._fh is not None:
+                self._fh.close()
+                self._fh = None
+            self._path = path
+
+    def write(self, rec: LatencyRecord) -> None:
+        """Append one record; an unwritable file is reported once, never raised."""
+        line = rec.to_json()
+        log.debug("latency %s", line)
+        with self._lock:
+            if self._path is None:
+                return
+            try:
+                if self._fh is None:
+                    self._path.parent.mkdir(parents=True, exist_ok=True)
+                    self._fh = self._path.open("a", encoding="utf-8")
+                self._fh.write(line + "\n")
+                self._fh.flush()
+            except OSError as exc:
+                if not self._warned:
+                    log.warning("cannot write latency log %s: %s", self._path, exc)
+                    self._warned = True
+
+    def close(self) -> None:
+        """Close the file."""
+        self.set_path(None)
+
+
+def read_records(path: Path) -> Iterator[dict[str, Any]]:
+    """Records from a latency log; lines that are not JSON objects are skipped."""
+    with path.open(encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(obj, dict):
+                yield obj
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-th percentile (0-100) by linear interpolation; NaN for no values."""
+    if not values:
+        return float("nan")
+    xs = sorted(values)
+    if len(xs) == 1:
+        return xs[0]
+    pos = (len(xs) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def summarize(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """p50/p95 of every timing and count field, counts by outcome, reuse and acceptance."""
+    recs = list(records)
+    out: dict[str, Any] = {"requests": len(recs),
+                           "outcomes": dict(Counter(str(r.get("outcome")) for r in recs))}
+    fields: dict[str, dict[str, float]] = {}
+    for k in TIMING_FIELDS + COUNT_FIELDS:
+        vals = [float(r[k]) for r in recs if isinstance(r.get(k), int | float)]
+        fields[k] = {"p50": percentile(vals, 50), "p95": percentile(vals, 95),
+                     "n": float(len(vals))}
+    out["fields"] = fields
+    returned = [r for r in recs if r.get("outcome") == "returned"]
+    for name, subset in (("returned", returned),):
+        vals = [float(r["total_ms"]) for r in subset if "total_ms" in r]
+        out[f"{name}_total_ms"] = {"p50": percentile(vals, 50), "p95": percentile(vals, 95)}
+    prompt = sum(int(r.get("prompt_tokens", 0)) for r in recs)
+    reused = sum(int(r.get("reused_tokens", 0)) for r in recs)
+    drafted = sum(int(r.get("drafted_tokens", 0)) for r in recs)
+    accepted = sum(int(r.get("accepted_tokens", 0)) for r in recs)
+    out["reuse_ratio"] = reused / prompt if prompt else 0.0
+    out["acceptance_rate"] = accepted / drafted if drafted else 0.0
+    return out
+
+
+def format_summary(s: dict[str, Any]) -> str:
+    """Human-readable table of a :func:`summarize` result."""
+    lines = [f"requests: {s['requests']}"]
+    oc = s["outcomes"]
+    lines.append("outcomes: " + ", ".join(f"{k}={oc[k]}" for k in sorted(oc)))
+    lines.append(f"{'field':<18}{'p50':>10}{'p95':>10}{'n':>8}")
+    for k, v in s["fields"].items():
+        lines.append(f"{k:<18}{v['p50']:>10.1f}{v['p95']:>10.1f}{int(v['n']):>8}")
+    lines.append(f"reused/prompt tokens: {s['reuse_ratio']:.1%}")
+    lines.append(f"draft acceptance: {s['acceptance_rate']:.1%}")
+    return "\n".join(lines)

@@ -1,0 +1,257 @@
+"""FIM template detection and prompt layout within a token budget.
+
+Two shapes of prompt:
+
+* **FIM** for models with fill-in-the-middle tokens: ``<pre>prefix<suf>suffix<mid>`` (PSM) or
+  ``<suf>suffix<pre>prefix<mid>`` (SPM), with repository/file tokens in front when the
+  vocabulary has them (StarCoder2/Qwen2.5-Coder style), filled with the real workspace name
+  and relative path.
+* **Continuation** for models without FIM tokens (the embedded Gemma 3 270M): the prefix
+  only; the suffix is used by the decode loop to stop and by post-processing to trim.
+
+Windows are cut at line boundaries and their starts are quantised, so that typing at the
+cursor leaves the prompt's first tokens untouched and the KV cache can be reused.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+log = logging.getLogger(__name__)
+
+# Where a window may start moves in steps of this many characters, so a keystroke almost
+# never moves it (the KV cache keeps everything before the cursor).
+WINDOW_QUANTUM = 1024
+CHARS_PER_TOKEN_GUESS = 3  # conservative: code usually packs 3.5-4.5 chars per token
+
+
+class VocabLike(Protocol):
+    """What template detection and prompt building need from a vocabulary."""
+
+    n_tokens: int
+    bos: int
+    eos: int
+    eot: int
+    add_bos: bool
+    fim_pre: int
+    fim_suf: int
+    fim_mid: int
+    fim_pad: int
+    fim_rep: int
+    fim_sep: int
+
+    def tokenize(self, text: str | bytes, *, add_special: bool = False,
+                 parse_special: bool = False) -> list[int]: ...
+
+    def single_token(self, text: str) -> int | None: ...
+
+    def piece(self, token: int) -> bytes: ...
+
+
+# Token texts by family, tried when llama.cpp's own FIM ids are missing. Each entry:
+# (family, prefix, suffix, middle, pad/eot, repo_name, file_sep, order).
+_FALLBACKS: tuple[tuple[str, str, str, str, str | None, str | None, str | None, str], ...] = (
+    ("qwen2.5-coder", "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|fim_pad|>",
+     "<|repo_name|>", "<|file_sep|>", "psm"),
+    ("starcoder", "<fim_prefix>", "<fim_suffix>", "<fim_middle>", "<fim_pad>",
+     "<repo_name>", "<file_sep>", "psm"),
+    ("starcoder-dash", "<fim-prefix>", "<fim-suffix>", "<fim-middle>", "<fim-pad>",
+     None, None, "psm"),
+    ("codellama", "▁<PRE>", "▁<SUF>", "▁<MID>", "▁<EOT>", None, None, "psm"),
+    ("codellama-plain", "<PRE>", "<SUF>", "<MID>", "<EOT>", None, None, "psm"),
+    ("deepseek-coder", "<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>", None,
+     None, None, "psm"),
+    ("codestral", "[PREFIX]", "[SUFFIX]", "[MIDDLE]", None, None, None, "spm"),
+)
+_FILE_SEP_ALTERNATIVES = ("<|file_sep|>", "<file_sep>", "<|file_separator|>")
+_REPO_ALTERNATIVES = ("<|repo_name|>", "<repo_name>")
+
+
+@dataclass(frozen=True, kw_only=True)
+class FimTemplate:
+    """How prompts are laid out for one model."""
+
+    kind: Literal["fim", "continuation"]
+    family: str = "generic"
+    pre: int = -1
+    suf: int = -1
+    mid: int = -1
+    pad: int = -1
+    repo_name: int = -1
+    file_sep: int = -1
+    order: Literal["psm", "spm"] = "psm"
+    bos: int = -1  # prepended when >= 0
+    stop_ids: frozenset[int] = field(default_factory=frozenset)
+
+    @property
+    def has_repo_tokens(self) -> bool:
+        """True when the model was trained with repository-level file markers."""
+        return self.repo_name >= 0 and self.file_sep >= 0
+
+
+def _text_of(vocab: VocabLike, tok: int) -> str:
+    return vocab.piece(tok).decode("utf-8", "replace") if tok >= 0 else ""
+
+
+def detect_template(vocab: VocabLike, *, order: str = "auto") -> FimTemplate:
+    """Pick the FIM template from the vocabulary: llama.cpp's FIM ids, then known texts."""
+    bos = vocab.bos if vocab.add_bos and vocab.bos >= 0 else -1
+    stops = {t for t in (vocab.eos, vocab.eot, vocab.fim_pad, vocab.fim_sep) if t >= 0}
+    pre, suf, mid = vocab.fim_pre, vocab.fim_suf, vocab.fim_mid
+    family = "gguf"
+    fam_order = "psm"
+    pad, rep, sep = vocab.fim_pad, vocab.fim_rep, vocab.fim_sep
+    if min(pre, suf) < 0:
+        for fam, tp, ts, tm, tpad, trep, tsep, forder in _FALLBACKS:
+            ip, isf = vocab.single_token(tp), vocab.single_token(ts)
+            if ip is None or isf is None:
+                continue
+            im = vocab.single_token(tm)
+            if im is None and forder != "spm":
+                continue
+            pre, suf, mid = ip, isf, (im if im is not None else -1)
+            found_pad = vocab.single_token(tpad) if tpad else None
+            pad = found_pad if found_pad is not None else pad
+            rep = (vocab.single_token(trep) if trep else None) or -1
+            sep = (vocab.single_token(tsep) if tsep else None) or -1
+            family, fam_order = fam, forder
+            break
+    if min(pre, suf) < 0 or (mid < 0 and fam_order != "spm"):
+        return FimTemplate(kind="continuation", family="continuation", bos=bos,
+                           stop_ids=frozenset(stops))
+    if family == "gguf":
+        # llama.cpp found the ids; name the family from their text for logs and ordering.
+        pre_text = _text_of(vocab, pre)
+        family = {"[PREFIX]": "codestral", "<｜fim▁begin｜>": "deepseek-coder",
+                  "<fim_prefix>": "starcoder", "<|fim_prefix|>": "qwen2.5-coder"}.get(
+                      pre_text.strip(), "gguf")
+        if family == "codestral":
+            fam_order = "spm"
+    if rep < 0:
+        for text in _REPO_ALTERNATIVES:
+            found = vocab.single_token(text)
+            if found is not None:
+                rep = found
+                break
+    if sep < 0:
+        for text in _FILE_SEP_ALTERNATIVES:
+            found = vocab.single_token(text)
+            if found is not None:
+                sep = found
+                break
+    if pad >= 0:
+        stops.add(pad)
+    if sep >= 0:
+        stops.add(sep)
+    chosen = fam_order if order == "auto" else order
+    return FimTemplate(kind="fim", family=family, pre=pre, suf=suf, mid=mid, pad=pad,
+                       repo_name=rep, file_sep=sep,
+                       order="spm" if chosen == "spm" else "psm", bos=bos,
+                       stop_ids=frozenset(stops))
+
+
+@dataclass(frozen=True, kw_only=True)
+class PromptInput:
+    """The text around the cursor and where it lives; no LSP types."""
+
+    prefix: str
+    suffix: str
+    prefix_offset: int = 0  # where ``prefix`` starts in the document (it may be capped)
+    repo_name: str | None = None
+    rel_path: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prompt:
+    """Tokens to evaluate, plus the text the output must start with (token healing)."""
+
+    tokens: list[int]
+    constraint: bytes = b""
+    prefix_window: str = ""
+    suffix_window: str = ""
+    heal_tokens: int = 0
+
+
+def prefix_window(prefix: str, char_budget: int, prefix_offset: int = 0) -> str:
+    """The tail of ``prefix`` within ``char_budget``, starting at a line start.
+
+    The start is quantised to WINDOW_QUANTUM characters of the document (``prefix_offset``
+    is where ``prefix`` starts in it), so it moves only every ~1k characters of typing,
+    not on every keystroke.
+    """
+    if len(prefix) <= char_budget:
+        return prefix
+    over = prefix_offset + len(prefix) - char_budget
+    q = max(0, -(-over // WINDOW_QUANTUM) * WINDOW_QUANTUM - prefix_offset)
+    nl = prefix.find("\n", q - 1) if q > 0 else -1
+    if nl < 0:
+        # One enormous line: fall back to the quantised cut itself.
+        return prefix[q:]
+    return prefix[nl + 1:]
+
+
+def suffix_window(suffix: str, char_budget: int) -> str:
+    """The head of ``suffix`` within ``char_budget``, ending at a line end."""
+    if len(suffix) <= char_budget:
+        return suffix
+    cut = suffix.rfind("\n", 0, char_budget)
+    return suffix[: cut + 1] if cut >= 0 else suffix[:char_budget]
+
+
+def _trim_to_tokens(vocab: VocabLike, text: str, budget: int, *, from_start: bool) -> list[int]:
+    """Tokenize, dropping whole lines (from the start or end) until within ``budget``."""
+    while True:
+        toks = vocab.tokenize(text)
+        if len(toks) <= budget or not text:
+            return toks
+        excess = len(toks) - budget
+        drop = max(WINDOW_QUANTUM if from_start else 256, excess * CHARS_PER_TOKEN_GUESS)
+        if from_start:
+            nl = text.find("\n", drop - 1)
+            text = text[nl + 1:] if nl >= 0 else text[drop:]
+        else:
+            keep = max(0, len(text) - drop)
+            nl = text.rfind("\n", 0, keep)
+            text = text[: nl + 1] if nl >= 0 else text[:keep]
+
+
+def build_prompt(template: FimTemplate, vocab: VocabLike, inp: PromptInput,
+                 budget_tokens: int) -> Prompt:
+    """Lay out the prompt for ``template`` within ``budget_tokens`` tokens."""
+    head: list[int] = [template.bos] if template.bos >= 0 else []
+    if template.kind == "continuation":
+        window = prefix_window(inp.prefix, budget_tokens * CHARS_PER_TOKEN_GUESS,
+                               inp.prefix_offset)
+        toks = _trim_to_tokens(vocab, window, budget_tokens - len(head), from_start=True)
+        # Heal the last token: the cursor may sit inside a word, and the model continues
+        # best from a token boundary with the cut-off text forced as the start of its output.
+        constraint = b""
+        heal = 0
+        if toks:
+            constraint = vocab.piece(toks[-1])
+            toks = toks[:-1]
+            heal = 1
+        return Prompt(tokens=head + toks, constraint=constraint, prefix_window=window,
+                      heal_tokens=heal)
+
+    if template.has_repo_tokens and inp.repo_name is not None:
+        head += [template.repo_name, *vocab.tokenize(inp.repo_name + "\n")]
+    if template.file_sep >= 0 and inp.rel_path:
+        head += [template.file_sep, *vocab.tokenize(inp.rel_path + "\n")]
+    avail = max(16, budget_tokens - len(head) - 3)
+    suf_budget = avail // 4
+    pre_budget = avail - suf_budget
+    suf_text = suffix_window(inp.suffix, suf_budget * CHARS_PER_TOKEN_GUESS)
+    suf_toks = _trim_to_tokens(vocab, suf_text, suf_budget, from_start=False)
+    pre_budget = avail - len(suf_toks)
+    pre_text = prefix_window(inp.prefix, pre_budget * CHARS_PER_TOKEN_GUESS, inp.prefix_offset)
+    pre_toks = _trim_to_tokens(vocab, pre_text, pre_budget, from_start=True)
+    if template.order == "spm":
+        body = [template.suf, *suf_toks, template.pre, *pre_toks]
+    else:
+        body = [template.pre, *pre_toks, template.suf, *suf_toks]
+    if template.mid >= 0:
+        body.append(template.mid)
+    return Prompt(tokens=head + body, prefix_window=pre_text, suffix_window=suf_text)

@@ -1,0 +1,246 @@
+"""Request lifecycle: one dedicated worker thread, superseding, cancellation, loading.
+
+The model is owned by exactly one thread (never pygls's thread pool, which also reads
+stdin). Requests queue for it; a newer request for a document supersedes the older one,
+which is answered at once with an empty result whether it was queued or running.
+While the model loads (or after it failed to load) requests are answered empty at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from fimls.engine.api import CompletionRequest, CompletionResult
+from fimls.latency import LatencyLog, LatencyRecord
+
+log = logging.getLogger(__name__)
+
+
+class EngineLike(Protocol):
+    """What the scheduler needs from an engine."""
+
+    model_name: str
+
+    def complete(self, req: CompletionRequest,
+                 cancelled: Callable[[], bool]) -> CompletionResult: ...
+
+    def reset(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(kw_only=True)
+class _Job:
+    req: CompletionRequest
+    future: Future[CompletionResult] = field(default_factory=Future)
+    cancel_reason: str | None = None
+    still_current: Callable[[], bool] | None = None
+
+
+class Scheduler:
+    """Feeds requests to one engine on one thread; cancels and supersedes."""
+
+    def __init__(self, latency_log: LatencyLog | None = None) -> None:
+        self._lock = threading.Condition()
+        self._queue: deque[_Job] = deque()
+        self._by_uri: dict[str, _Job] = {}
+        self._by_id: dict[str, _Job] = {}
+        self._running: _Job | None = None
+        self._engine: EngineLike | None = None
+        self._loader: Callable[[], EngineLike] | None = None
+        self._state = "idle"  # idle, loading, ready, failed
+        self.load_error: str | None = None
+        self.latency_log = latency_log or LatencyLog(None)
+        self._stop = False
+        self._on_state: list[Callable[[str, str | None], None]] = []
+        self._thread = threading.Thread(target=self._loop, name="fimls-engine", daemon=True)
+        self._thread.start()
+
+    # -- state ---------------------------------------------------------------------------
+
+    @property
+    def state(self) -> str:
+        """idle, loading, ready or failed."""
+        return self._state
+
+    @property
+    def model_name(self) -> str:
+        """The loaded model's file name, or an empty string."""
+        return self._engine.model_name if self._engine else ""
+
+    def on_state_change(self, cb: Callable[[str, str | None], None]) -> None:
+        """Call ``cb(state, error)`` (from the worker thread) whenever the state changes."""
+        self._on_state.append(cb)
+
+    def _set_state(self, state: str, error: str | None = None) -> None:
+        self._state = state
+        self.load_error = error
+        for cb in self._on_state:
+            try:
+                cb(state, error)
+            except Exception:  # a listener must not kill the worker
+                log.exception("state listener failed")
+
+    def load(self, loader: Callable[[], EngineLike]) -> None:
+        """(Re)load the engine on the worker thread; requests meanwhile get empty results."""
+        with self._lock:
+            self._loader = loader
+            self._state = "loading"
+            self._lock.notify_all()
+
+    # -- requests ------------------------------------------------------------------------
+
+    def submit(self, req: CompletionRequest, *,
+               still_current: Callable[[], bool] | None = None) -> Future[CompletionResult]:
+        """Queue a request; the previous one for the same document is superseded.
+
+        ``still_current`` is asked (on the worker thread) before a result is delivered: a
+        result for a document version that has moved on is dropped as superseded.
+        """
+        job = _Job(req=req, still_current=still_current)
+        with self._lock:
+            old = self._by_uri.get(req.uri)
+            if old is not None:
+                self._cancel_locked(old, "superseded")
+            if self._state != "ready":
+                error = self.load_error if self._state == "failed" else None
+                self._finish_locked(job, "", "error" if error else "empty",
+                                    error=error or f"model {self._state}")
+                return job.future
+            self._by_uri[req.uri] = job
+            self._by_id[req.request_id] = job
+            self._queue.append(job)
+            self._lock.notify_all()
+        return job.future
+
+    def cancel(self, request_id: str, reason: str = "cancelled") -> bool:
+        """Cancel one request by id; False if it already finished."""
+        with self._lock:
+            job = self._by_id.get(request_id)
+            if job is None:
+                return False
+            self._cancel_locked(job, reason)
+            return True
+
+    def cancel_uri(self, uri: str, reason: str = "superseded") -> None:
+        """Cancel whatever is pending for a document (it changed, or closed)."""
+        with self._lock:
+            job = self._by_uri.get(uri)
+            if job is not None:
+                self._cancel_locked(job, reason)
+
+    def _cancel_locked(self, job: _Job, reason: str) -> None:
+        if job.future.done():
+            return
+        job.cancel_reason = reason
+        if job is not self._running:
+            with contextlib.suppress(ValueError):
+                self._queue.remove(job)
+            self._finish_locked(job, "", reason)
+        # A running job sees cancel_reason through its predicate and stops at the next
+        # token or batch boundary; llama.cpp's abort callback polls it mid-batch too.
+
+    def _finish_locked(self, job: _Job, text: str, outcome: str, *,
+                       record: LatencyRecord | None = None, error: str | None = None) -> None:
+        rec = record or LatencyRecord(uri=job.req.uri, version=job.req.version,
+                                      request_id=job.req.request_id, model=self.model_name)
+        rec.outcome = outcome
+        if error:
+            rec.error = error
+        if record is None:
+            rec.total_ms = (time.monotonic() - job.req.created) * 1000.0
+        if self._by_uri.get(job.req.uri) is job:
+            del self._by_uri[job.req.uri]
+        self._by_id.pop(job.req.request_id, None)
+        self.latency_log.write(rec)
+        if not job.future.done():
+            job.future.set_result(CompletionResult(text=text, record=rec))
+
+    # -- worker --------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                while not self._stop and not self._queue and self._loader is None:
+                    self._lock.wait()
+                if self._stop:
+                    return
+                loader = self._loader
+                self._loader = None
+                job = None if loader else self._queue.popleft()
+                if job is not None:
+                    self._running = job
+            if loader is not None:
+                self._do_load(loader)
+                continue
+            assert job is not None
+            self._run(job)
+
+    def _do_load(self, loader: Callable[[], EngineLike]) -> None:
+        if self._engine is not None:
+            self._engine.close()
+            self._engine = None
+        self._set_state("loading")
+        try:
+            engine = loader()
+        except Exception as exc:
+            log.error("%s", exc)
+            self._set_state("failed", str(exc))
+            return
+        self._engine = engine
+        self._set_state("ready")
+
+    def _run(self, job: _Job) -> None:
+        engine = self._engine
+
+        def cancelled() -> bool:
+            return job.cancel_reason is not None or self._stop
+
+        if engine is None or cancelled():
+            with self._lock:
+                self._running = None
+                self._finish_locked(job, "", job.cancel_reason or "empty")
+            return
+        try:
+            result = engine.complete(job.req, cancelled)
+            text, rec = result.text, result.record
+            if job.cancel_reason is not None:
+                text, rec.outcome = "", job.cancel_reason
+            elif job.still_current is not None and not job.still_current():
+                text, rec.outcome = "", "superseded"
+        except Exception as exc:
+            log.exception("engine failed on %s", job.req.uri)
+            try:
+                engine.reset()
+            except Exception:
+                log.exception("engine reset failed")
+            text = ""
+            rec = LatencyRecord(uri=job.req.uri, version=job.req.version,
+                                request_id=job.req.request_id, model=self.model_name,
+                                error=repr(exc))
+            rec.outcome = "error"
+            rec.total_ms = (time.monotonic() - job.req.created) * 1000.0
+        with self._lock:
+            self._running = None
+            self._finish_locked(job, text, rec.outcome, record=rec)
+
+    def shutdown(self, timeout: float = 5.0) -> None:
+        """Stop the worker; pending requests are answered as cancelled."""
+        with self._lock:
+            self._stop = True
+            for job in list(self._queue):
+                self._finish_locked(job, "", "cancelled")
+            self._queue.clear()
+            self._lock.notify_all()
+        self._thread.join(timeout)
+        if self._engine is not None and not self._thread.is_alive():
+            self._engine.close()
+            self._engine = None

@@ -1,0 +1,316 @@
+"""The LSP server: pygls handlers that translate between LSP and the engine's requests.
+
+Handlers stay thin: read params, build a :class:`CompletionRequest`, await the scheduler,
+map the result. The text mirror is ours (``documents``), not pygls's workspace, because
+pygls splits lines on characters that are not LSP line ends and re-splits the whole
+document on every change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from lsprotocol import types
+from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol
+from pygls.protocol.language_server import lsp_method
+
+from fimls import __version__
+from fimls.config import Options, apply_dict
+from fimls.documents import DocumentStore, Pos, TextDocument, workspace_relative_path
+from fimls.engine.api import CompletionRequest, CompletionResult
+from fimls.latency import LatencyLog
+from fimls.models import default_latency_log
+from fimls.scheduler import EngineLike, Scheduler
+
+log = logging.getLogger(__name__)
+
+_WORD_TAIL = re.compile(r"[A-Za-z0-9_]*$")
+
+
+class FimlsProtocol(LanguageServerProtocol):
+    """pygls protocol whose text-document sync feeds our mirror instead of pygls's."""
+
+    _server: FimlsServer
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_OPEN)
+    def lsp_text_document__did_open(self, params: types.DidOpenTextDocumentParams) -> None:
+        """Mirror the opened document."""
+        self._server.on_open(params)
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
+    def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams) -> None:
+        """Apply incremental or full changes to the mirror."""
+        self._server.on_change(params)
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CLOSE)
+    def lsp_text_document__did_close(self, params: types.DidCloseTextDocumentParams) -> None:
+        """Forget the document."""
+        self._server.on_close(params)
+
+
+EngineFactory = Callable[[Options], EngineLike]
+
+
+class FimlsServer(LanguageServer):
+    """fimls's language server: documents, options, the scheduler and the latency log."""
+
+    def __init__(self, options: Options, engine_factory: EngineFactory) -> None:
+        super().__init__("fimls", __version__, protocol_cls=FimlsProtocol,
+                         text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
+        self.options = options
+        self.engine_factory = engine_factory
+        self.docs = DocumentStore()
+        self.encoding = "utf-16"
+        self.roots: list[str] = []
+        self.latency_log = LatencyLog(self._latency_path(options))
+        self.scheduler = Scheduler(self.latency_log)
+        self._warned: set[str] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._progress_token: str | None = None
+        self.scheduler.on_state_change(self._on_engine_state)
+
+    # -- options and model -----------------------------------------------------------------
+
+    @staticmethod
+    def _latency_path(options: Options) -> Path:
+        p = options.logging.latency_log
+        return Path(p).expanduser() if p else default_latency_log()
+
+    def apply_options(self, data: Any, *, initial: bool) -> None:
+        """Merge client options; reload the model when a model option changed."""
+        new, warnings = apply_dict(self.options, data)
+        for w in warnings:
+            self.warn_once(w)
+        old = self.options
+        self.options = new
+        logging.getLogger("fimls").setLevel(new.logging.log_level)
+        if new.logging.latency_log != old.logging.latency_log:
+            self.latency_log.set_path(self._latency_path(new))
+        if not initial and new.model != old.model:
+            self.start_loading()
+
+    def warn_once(self, message: str) -> None:
+        """Log a warning and show it to the user, once per distinct message."""
+        log.warning("%s", message)
+        if message in self._warned:
+            return
+        self._warned.add(message)
+        self.show(message, types.MessageType.Warning)
+
+    def show(self, message: str, kind: types.MessageType) -> None:
+        """window/showMessage, from any thread."""
+        def send() -> None:
+            try:
+                self.window_show_message(types.ShowMessageParams(type=kind,
+                                                                 message=f"fimls: {message}"))
+            except Exception:
+                log.debug("could not send showMessage", exc_info=True)
+        self._call_in_loop(send)
+
+    def _call_in_loop(self, fn: Callable[[], None]) -> None:
+        loop = self._loop
+        if loop is None:
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            fn()
+        else:
+            loop.call_soon_threadsafe(fn)
+
+    def start_loading(self) -> None:
+        """Load (or reload) the model on the engine thread, with $/progress."""
+        opts = self.options
+        self._begin_progress()
+        self.scheduler.load(lambda: self.engine_factory(opts))
+
+    def _begin_progress(self) -> None:
+        caps = self.client_capabilities
+        window = caps.window if caps else None
+        if not (window and window.work_done_progress):
+            return
+        token = f"fimls-load-{id(self)}-{len(self._warned)}"
+        self._progress_token = token
+
+        def begin(_: Any = None) -> None:
+            try:
+                self.work_done_progress.begin(token, types.WorkDoneProgressBegin(
+                    title="fimls", message="loading model", cancellable=False))
+            except Exception:
+                log.debug("progress begin failed", exc_info=True)
+
+        try:
+            self.work_done_progress.create(token, callback=begin)
+        except Exception:
+            log.debug("progress create failed", exc_info=True)
+
+    def _on_engine_state(self, state: str, error: str | None) -> None:
+        # Called on the engine thread.
+        if state == "failed" and error:
+            self.show(error, types.MessageType.Error)
+        if state in ("ready", "failed") and self._progress_token:
+            token = self._progress_token
+            self._progress_token = None
+            msg = "model ready" if state == "ready" else "model failed to load"
+
+            def end() -> None:
+                try:
+                    self.work_done_progress.end(token, types.WorkDoneProgressEnd(message=msg))
+                except Exception:
+                    log.debug("progress end failed", exc_info=True)
+            self._call_in_loop(end)
+
+    # -- documents -------------------------------------------------------------------------
+
+    def on_open(self, params: types.DidOpenTextDocumentParams) -> None:
+        """didOpen."""
+        td = params.text_document
+        self.docs.open(td.uri, td.language_id, td.version, td.text)
+
+    def on_change(self, params: types.DidChangeTextDocumentParams) -> None:
+        """didChange: apply edits; whatever was computing for the old text is stale now."""
+        uri = params.text_document.uri
+        changes: list[tuple[str, tuple[Pos, Pos] | None]] = []
+        for ch in params.content_changes:
+            rng = getattr(ch, "range", None)
+            if rng is None:
+                changes.append((ch.text, None))
+            else:
+                changes.append((ch.text, (Pos(rng.start.line, rng.start.character),
+                                          Pos(rng.end.line, rng.end.character))))
+        doc = self.docs.change(uri, params.text_document.version, changes, self.encoding)
+        if doc is None:
+            log.debug("didChange for a document that is not open: %s", uri)
+        self.scheduler.cancel_uri(uri, "superseded")
+
+    def on_close(self, params: types.DidCloseTextDocumentParams) -> None:
+        """didClose."""
+        self.scheduler.cancel_uri(params.text_document.uri, "cancelled")
+        self.docs.close(params.text_document.uri)
+
+    # -- completion ------------------------------------------------------------------------
+
+    def make_request(self, doc: TextDocument, pos: Pos) -> CompletionRequest:
+        """A plain engine request for the cursor at ``pos`` in ``doc``."""
+        # Copy only what a prompt can use: the model never sees more than n_ctx tokens.
+        cap = self.options.model.n_ctx * 8 + 4096
+        prefix, suffix = doc.prefix_suffix(pos, self.encoding, max_prefix=cap, max_suffix=cap)
+        offset = doc.offset_at(pos, self.encoding) - len(prefix)
+        repo, rel = workspace_relative_path(doc.uri, self.roots)
+        c = self.options.completion
+        return CompletionRequest(uri=doc.uri, version=doc.version, prefix=prefix,
+                                 suffix=suffix, prefix_offset=offset, repo_name=repo,
+                                 rel_path=rel,
+                                 max_tokens=c.max_tokens, max_lines=c.max_lines,
+                                 speculative=c.speculative)
+
+    async def complete_at(self, uri: str, position: types.Position,
+                          ) -> tuple[str, TextDocument, Pos] | None:
+        """Run one completion; None when there is nothing to show (or it went stale)."""
+        doc = self.docs.get(uri)
+        if doc is None:
+            return None
+        pos = doc.position_at(doc.offset_at(Pos(position.line, position.character),
+                                            self.encoding), self.encoding)
+        req = self.make_request(doc, pos)
+        version = doc.version
+
+        def still_current() -> bool:
+            d = self.docs.get(uri)
+            return d is not None and d.version == version
+
+        fut = self.scheduler.submit(req, still_current=still_current)
+        try:
+            result: CompletionResult = await asyncio.wrap_future(fut)
+        except asyncio.CancelledError:
+            self.scheduler.cancel(req.request_id, "cancelled")
+            raise
+        if not result.text or not still_current():
+            return None
+        return result.text, doc, pos
+
+
+def build_server(options: Options, engine_factory: EngineFactory) -> FimlsServer:
+    """Create the server and register its features."""
+    server = FimlsServer(options, engine_factory)
+
+    @server.feature(types.INITIALIZE)
+    def initialize(ls: FimlsServer, params: types.InitializeParams) -> None:
+        ls.encoding = str(ls.workspace.position_encoding or "utf-16")
+        roots = [f.uri for f in (params.workspace_folders or [])]
+        if not roots and params.root_uri:
+            roots = [params.root_uri]
+        ls.roots = roots
+        ls.apply_options(params.initialization_options, initial=True)
+        log.info("client %s, position encoding %s",
+                 params.client_info.name if params.client_info else "?", ls.encoding)
+
+    @server.feature(types.INITIALIZED)
+    def initialized(ls: FimlsServer, params: types.InitializedParams) -> None:
+        ls._loop = asyncio.get_running_loop()
+        ls.start_loading()
+
+    @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
+    def did_change_configuration(ls: FimlsServer,
+                                 params: types.DidChangeConfigurationParams) -> None:
+        ls.apply_options(params.settings, initial=False)
+
+    @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
+    async def inline_completion(ls: FimlsServer, params: types.InlineCompletionParams,
+                                ) -> types.InlineCompletionList:
+        got = await ls.complete_at(params.text_document.uri, params.position)
+        if got is None:
+            return types.InlineCompletionList(items=[])
+        text, _doc, pos = got
+        at = types.Position(line=pos.line, character=pos.character)
+        return types.InlineCompletionList(items=[types.InlineCompletionItem(
+            insert_text=text, range=types.Range(start=at, end=at))])
+
+    @server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions())
+    async def completion(ls: FimlsServer, params: types.CompletionParams,
+                         ) -> types.CompletionList:
+        got = await ls.complete_at(params.text_document.uri, params.position)
+        if got is None:
+            return types.CompletionList(is_incomplete=True, items=[])
+        text, doc, pos = got
+        # Clients filter items by the word before the cursor: the item replaces that word.
+        line_start = doc.offset_at(Pos(pos.line, 0), ls.encoding)
+        cursor = doc.offset_at(pos, ls.encoding)
+        word = _WORD_TAIL.search(doc.text[max(line_start, cursor - 200):cursor])
+        typed = word.group(0) if word else ""
+        start = doc.position_at(cursor - len(typed), ls.encoding)
+        label = (typed + text).split("\n", 1)[0].strip() or text.strip()
+        at = types.Position(line=pos.line, character=pos.character)
+        edit = types.TextEdit(range=types.Range(
+            start=types.Position(line=start.line, character=start.character), end=at),
+            new_text=typed + text)
+        return types.CompletionList(is_incomplete=True, items=[types.CompletionItem(
+            label=label[:80], kind=types.CompletionItemKind.Snippet, detail="fimls",
+            filter_text=typed + text, text_edit=edit,
+            insert_text_format=types.InsertTextFormat.PlainText)])
+
+    @server.feature(types.SHUTDOWN)
+    def shutdown(ls: FimlsServer, params: Any) -> None:
+        ls.scheduler.shutdown()
+        ls.latency_log.close()
+
+    return server
+
+
+def serve(options: Options, engine_factory: EngineFactory) -> None:
+    """Run the server over stdio until the client exits."""
+    server = build_server(options, engine_factory)
+    try:
+        server.start_io(sys.stdin.buffer, sys.stdout.buffer)
+    finally:
+        server.scheduler.shutdown(timeout=2.0)
+        server.latency_log.close()
