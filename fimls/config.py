@@ -93,7 +93,10 @@ def _coerce(value: Any, default: Any, name: str) -> Any:
             return None
         raise ValueError("null is not allowed")
     if name in ("threads",):
-        v = int(value)
+        try:
+            v = int(value)
+        except (TypeError, ValueError):
+            raise ValueError("must be an integer") from None
         if v < 1:
             raise ValueError("must be >= 1")
         return v
@@ -108,7 +111,10 @@ def _coerce(value: Any, default: Any, name: str) -> Any:
     if kind is int:
         if isinstance(value, bool) or not isinstance(value, int | str):
             raise ValueError("must be an integer")
-        v = int(value)
+        try:
+            v = int(value)
+        except ValueError:
+            raise ValueError("must be an integer") from None
         if name in ("n_ctx",) and v < 64:
             raise ValueError("must be >= 64")
         if name in ("n_batch", "max_tokens", "max_lines") and v < 1:

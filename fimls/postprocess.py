@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 _CLOSERS = set(")]}>\"'`;,:")
+_PAIRS = {")": "(", "]": "[", "}": "{"}
 
 
 def _indent_of(line: str) -> str:
@@ -120,19 +121,32 @@ class StopPolicy:
         return None
 
 
+def _closes_outside(text: str, tail: str) -> bool:
+    """Whether the brackets and quotes that ``tail`` (the end of ``text``) closes are left
+    open by ``text`` itself: then they repeat closers of the suffix, else ``text`` needs them.
+    """
+    for close, opener in _PAIRS.items():
+        need = tail.count(close) - tail.count(opener)
+        if need > 0 and text.count(close) - text.count(opener) < need:
+            return False
+    return all(not tail.count(q) % 2 or text.count(q) % 2 for q in "\"'`")
+
+
 def _trim_suffix_overlap(text: str, line_suffix: str) -> str:
     """Drop the end of a one-line completion that repeats the text after the cursor."""
     rest = line_suffix.rstrip()
     if not rest or not text:
         return text
     stripped = text.rstrip()
-    if stripped.endswith(rest.strip()) and rest.strip():
+    if stripped.endswith(rest.strip()) and rest.strip() and _closes_outside(
+            stripped, rest.strip()):
         return stripped[: len(stripped) - len(rest.strip())].rstrip() or ""
     # Partial overlap: the completion ends with the start of the suffix, e.g. "foo(x)"
     # before ")": closing brackets and quotes may overlap by one character, words need 3.
     for k in range(min(len(stripped), len(rest)), 0, -1):
         head = rest[:k]
-        if stripped.endswith(head) and (k >= 3 or all(c in _CLOSERS for c in head)):
+        if (stripped.endswith(head) and (k >= 3 or all(c in _CLOSERS for c in head))
+                and _closes_outside(stripped, head)):
             return stripped[: len(stripped) - k]
     return text
 
@@ -174,8 +188,12 @@ def finalize(text: str, ctx: CursorContext) -> str:
         if mode == "block":
             text = _trim_next_lines(text, ctx.next_lines)
         if not ctx.line_prefix.strip():
-            # On a blank line a leading newline would show ghost text one line down.
-            text = text.lstrip("\r\n")
+            # On a blank line a leading newline would show ghost text one line down. The
+            # line after it is indented from column 0 but goes in after the cursor's indent.
+            body = text.lstrip("\r\n")
+            if body != text and ctx.line_prefix and body.startswith(ctx.line_prefix):
+                body = body[len(ctx.line_prefix):]
+            text = body
         text = text.rstrip()
     text = _match_indent_style(text, ctx.line_prefix)
     if not text.strip():

@@ -114,21 +114,27 @@ def detect_template(vocab: VocabLike, *, order: str = "auto") -> FimTemplate:
             pre, suf, mid = ip, isf, (im if im is not None else -1)
             found_pad = vocab.single_token(tpad) if tpad else None
             pad = found_pad if found_pad is not None else pad
-            rep = (vocab.single_token(trep) if trep else None) or -1
-            sep = (vocab.single_token(tsep) if tsep else None) or -1
+            # "is not None", not "or": token id 0 is a valid id.
+            found_rep = vocab.single_token(trep) if trep else None
+            found_sep = vocab.single_token(tsep) if tsep else None
+            rep = found_rep if found_rep is not None else rep
+            sep = found_sep if found_sep is not None else sep
             family, fam_order = fam, forder
             break
     if min(pre, suf) < 0 or (mid < 0 and fam_order != "spm"):
         return FimTemplate(kind="continuation", family="continuation", bos=bos,
                            stop_ids=frozenset(stops))
     if family == "gguf":
-        # llama.cpp found the ids; name the family from their text for logs and ordering.
-        pre_text = _text_of(vocab, pre)
-        family = {"[PREFIX]": "codestral", "<｜fim▁begin｜>": "deepseek-coder",
-                  "<fim_prefix>": "starcoder", "<|fim_prefix|>": "qwen2.5-coder"}.get(
-                      pre_text.strip(), "gguf")
-        if family == "codestral":
-            fam_order = "spm"
+        # llama.cpp found the ids; name the family from their text for logs and ordering,
+        # and take the family's end-of-infill token when llama.cpp has none (it misses
+        # CodeLlama's "▁<EOT>" in GGUFs without FIM metadata: generation would not stop).
+        pre_text = _text_of(vocab, pre).strip()
+        for fam, tp, _ts, _tm, tpad, _trep, _tsep, forder in _FALLBACKS:
+            if tp == pre_text:
+                family, fam_order = fam, forder
+                found_pad = vocab.single_token(tpad) if tpad and pad < 0 else None
+                pad = found_pad if found_pad is not None else pad
+                break
     if rep < 0:
         for text in _REPO_ALTERNATIVES:
             found = vocab.single_token(text)
@@ -174,22 +180,29 @@ class Prompt:
     heal_tokens: int = 0
 
 
-def prefix_window(prefix: str, char_budget: int, prefix_offset: int = 0) -> str:
+def prefix_window(prefix: str, char_budget: int, prefix_offset: int = 0,
+                  quantum: int | None = None) -> str:
     """The tail of ``prefix`` within ``char_budget``, starting at a line start.
 
-    The start is quantised to WINDOW_QUANTUM characters of the document (``prefix_offset``
+    The start is quantised to ``quantum`` characters of the document (``prefix_offset``
     is where ``prefix`` starts in it), so it moves only every ~1k characters of typing,
-    not on every keystroke.
+    not on every keystroke. The default quantum is WINDOW_QUANTUM, or a quarter of
+    ``char_budget`` when that is smaller (else rounding could empty a small window).
     """
     if len(prefix) <= char_budget:
         return prefix
+    step = quantum or _quantum(char_budget)
     over = prefix_offset + len(prefix) - char_budget
-    q = max(0, -(-over // WINDOW_QUANTUM) * WINDOW_QUANTUM - prefix_offset)
+    q = max(0, -(-over // step) * step - prefix_offset)
     nl = prefix.find("\n", q - 1) if q > 0 else -1
     if nl < 0:
         # One enormous line: fall back to the quantised cut itself.
         return prefix[q:]
     return prefix[nl + 1:]
+
+
+def _quantum(char_budget: int) -> int:
+    return min(WINDOW_QUANTUM, max(1, char_budget // 4))
 
 
 def suffix_window(suffix: str, char_budget: int) -> str:
@@ -200,21 +213,36 @@ def suffix_window(suffix: str, char_budget: int) -> str:
     return suffix[: cut + 1] if cut >= 0 else suffix[:char_budget]
 
 
-def _trim_to_tokens(vocab: VocabLike, text: str, budget: int, *, from_start: bool) -> list[int]:
-    """Tokenize, dropping whole lines (from the start or end) until within ``budget``."""
+def _fit_prefix(vocab: VocabLike, prefix: str, budget: int,
+                prefix_offset: int) -> tuple[str, list[int]]:
+    """The tail of ``prefix`` that tokenizes within ``budget`` tokens, and its tokens.
+
+    Every candidate is a :func:`prefix_window`, so the start stays on the quantised grid of
+    document positions even when the first guess (CHARS_PER_TOKEN_GUESS) holds too many
+    tokens: a keystroke at the cursor then still leaves the window's start in place.
+    """
+    chars = budget * CHARS_PER_TOKEN_GUESS
+    step = _quantum(chars)  # fixed by the budget, not by this text's length
+    while True:
+        text = prefix_window(prefix, chars, prefix_offset, step)
+        toks = vocab.tokenize(text)
+        if len(toks) <= budget or not text:
+            return text, toks
+        # Drop at least the excess at this text's own density; prefix_window then rounds
+        # the new start up to the next quantum and line start (so each pass moves it).
+        chars = len(text) - -(-(len(toks) - budget) * len(text) // len(toks))
+
+
+def _fit_suffix(vocab: VocabLike, suffix: str, budget: int) -> tuple[str, list[int]]:
+    """The head of ``suffix`` that tokenizes within ``budget`` tokens, and its tokens."""
+    text = suffix_window(suffix, budget * CHARS_PER_TOKEN_GUESS)
     while True:
         toks = vocab.tokenize(text)
         if len(toks) <= budget or not text:
-            return toks
-        excess = len(toks) - budget
-        drop = max(WINDOW_QUANTUM if from_start else 256, excess * CHARS_PER_TOKEN_GUESS)
-        if from_start:
-            nl = text.find("\n", drop - 1)
-            text = text[nl + 1:] if nl >= 0 else text[drop:]
-        else:
-            keep = max(0, len(text) - drop)
-            nl = text.rfind("\n", 0, keep)
-            text = text[: nl + 1] if nl >= 0 else text[:keep]
+            return text, toks
+        keep = len(text) - -(-(len(toks) - budget) * len(text) // len(toks))
+        nl = text.rfind("\n", 0, keep)
+        text = text[: nl + 1] if nl >= 0 else text[: max(0, keep)]
 
 
 def build_prompt(template: FimTemplate, vocab: VocabLike, inp: PromptInput,
@@ -222,9 +250,8 @@ def build_prompt(template: FimTemplate, vocab: VocabLike, inp: PromptInput,
     """Lay out the prompt for ``template`` within ``budget_tokens`` tokens."""
     head: list[int] = [template.bos] if template.bos >= 0 else []
     if template.kind == "continuation":
-        window = prefix_window(inp.prefix, budget_tokens * CHARS_PER_TOKEN_GUESS,
-                               inp.prefix_offset)
-        toks = _trim_to_tokens(vocab, window, budget_tokens - len(head), from_start=True)
+        window, toks = _fit_prefix(vocab, inp.prefix, budget_tokens - len(head),
+                                   inp.prefix_offset)
         # Heal the last token: the cursor may sit inside a word, and the model continues
         # best from a token boundary with the cut-off text forced as the start of its output.
         constraint = b""
@@ -243,11 +270,9 @@ def build_prompt(template: FimTemplate, vocab: VocabLike, inp: PromptInput,
     avail = max(16, budget_tokens - len(head) - 3)
     suf_budget = avail // 4
     pre_budget = avail - suf_budget
-    suf_text = suffix_window(inp.suffix, suf_budget * CHARS_PER_TOKEN_GUESS)
-    suf_toks = _trim_to_tokens(vocab, suf_text, suf_budget, from_start=False)
+    suf_text, suf_toks = _fit_suffix(vocab, inp.suffix, suf_budget)
     pre_budget = avail - len(suf_toks)
-    pre_text = prefix_window(inp.prefix, pre_budget * CHARS_PER_TOKEN_GUESS, inp.prefix_offset)
-    pre_toks = _trim_to_tokens(vocab, pre_text, pre_budget, from_start=True)
+    pre_text, pre_toks = _fit_prefix(vocab, inp.prefix, pre_budget, inp.prefix_offset)
     if template.order == "spm":
         body = [template.suf, *suf_toks, template.pre, *pre_toks]
     else:

@@ -43,6 +43,9 @@ class _Job:
     future: Future[CompletionResult] = field(default_factory=Future)
     cancel_reason: str | None = None
     still_current: Callable[[], bool] | None = None
+    # The future may be cancelled by its awaiter (asyncio.wrap_future propagates an LSP
+    # $/cancelRequest), so whether the job is finished is tracked separately.
+    finished: bool = False
 
 
 class Scheduler:
@@ -138,7 +141,7 @@ class Scheduler:
                 self._cancel_locked(job, reason)
 
     def _cancel_locked(self, job: _Job, reason: str) -> None:
-        if job.future.done():
+        if job.finished:
             return
         job.cancel_reason = reason
         if job is not self._running:
@@ -152,6 +155,7 @@ class Scheduler:
                        record: LatencyRecord | None = None, error: str | None = None) -> None:
         rec = record or LatencyRecord(uri=job.req.uri, version=job.req.version,
                                       request_id=job.req.request_id, model=self.model_name)
+        job.finished = True
         rec.outcome = outcome
         if error:
             rec.error = error
@@ -161,7 +165,7 @@ class Scheduler:
             del self._by_uri[job.req.uri]
         self._by_id.pop(job.req.request_id, None)
         self.latency_log.write(rec)
-        if not job.future.done():
+        if job.future.set_running_or_notify_cancel():
             job.future.set_result(CompletionResult(text=text, record=rec))
 
     # -- worker --------------------------------------------------------------------------

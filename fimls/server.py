@@ -245,6 +245,7 @@ def build_server(options: Options, engine_factory: EngineFactory) -> FimlsServer
 
     @server.feature(types.INITIALIZE)
     def initialize(ls: FimlsServer, params: types.InitializeParams) -> None:
+        ls._loop = asyncio.get_running_loop()
         ls.encoding = str(ls.workspace.position_encoding or "utf-16")
         roots = [f.uri for f in (params.workspace_folders or [])]
         if not roots and params.root_uri:

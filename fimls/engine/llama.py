@@ -37,6 +37,15 @@ class ModelLoadError(Exception):
     """The model file could not be loaded; the message names the path and the reason."""
 
 
+_ABORT_NOISE = (b"compute_async failed with error 1", b"failed to compute graph, compute status: 1",
+                b"failed to decode, ret = 2")
+
+
+def _is_abort_noise(text: bytes) -> bool:
+    """llama.cpp logs a cancelled batch (our abort callback) as errors; it is routine."""
+    return any(s in text for s in _ABORT_NOISE)
+
+
 def _route_native_logs() -> None:
     """Send llama.cpp's chatter to Python logging (stderr) at debug level, not raw stderr."""
     global _log_callback
@@ -45,6 +54,8 @@ def _route_native_logs() -> None:
     @L.llama_log_callback
     def _cb(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
         lvl = _LLAMA_LEVELS.get(level, logging.DEBUG)
+        if lvl >= logging.ERROR and _is_abort_noise(text):
+            lvl = logging.DEBUG
         if native.isEnabledFor(lvl):
             native.log(lvl, "%s", text.decode("utf-8", "replace").rstrip())
 

@@ -1,0 +1,7 @@
+"""``python -m fimls`` runs the command line."""
+
+import sys
+
+from fimls.cli import main
+
+sys.exit(main())

@@ -1,0 +1,213 @@
+"""End to end: ``fimls serve`` with the real embedded model, over stdio, via pytest-lsp."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from lsprotocol import types
+
+from tests.lsp_helpers import end_position, humaneval, inline, insert, open_doc, read_log, session
+
+pytestmark = pytest.mark.asyncio
+
+
+async def test_advertises_inline_completion_and_completes_a_real_file(tmp_path: Path) -> None:
+    log = tmp_path / "lat.jsonl"
+    task = humaneval("Single", n=1)[0]
+    async with session(args=["--latency-log", str(log)]) as (client, init):
+        caps = init.capabilities
+        assert caps.inline_completion_provider is not None
+        sync = caps.text_document_sync
+        assert isinstance(sync, types.TextDocumentSyncOptions)
+        assert sync.change == types.TextDocumentSyncKind.Incremental
+        assert caps.position_encoding in (None, types.PositionEncodingKind.Utf16)
+
+        uri = (tmp_path / "he.py").as_uri()
+        open_doc(client, uri, task["prefix"] + task["suffix"])
+        line, col = end_position(task["prefix"])
+        res = await inline(client, uri, line, col)
+        assert res is not None and len(res.items) == 1
+        item = res.items[0]
+        assert isinstance(item.insert_text, str) and item.insert_text.strip()
+        assert item.range is not None
+        assert (item.range.start.line, item.range.start.character) == (line, col)
+    recs = read_log(log)
+    assert [r["outcome"] for r in recs] == ["returned"]
+    rec = recs[0]
+    assert rec["uri"] == uri and rec["version"] == 1
+    assert rec["prompt_tokens"] > 50 and rec["generated_tokens"] > 0
+    assert task["prefix"][:40] not in log.read_text()  # no document text in the log
+
+
+async def test_kv_reuse_after_typing_one_character(tmp_path: Path) -> None:
+    log = tmp_path / "lat.jsonl"
+    tasks = humaneval("Single", n=6, stride=17)
+    async with session(args=["--latency-log", str(log)]) as (client, _):
+        for i, t in enumerate(tasks):
+            uri = (tmp_path / f"t{i}.py").as_uri()
+            open_doc(client, uri, t["prefix"] + t["suffix"])
+            line, col = end_position(t["prefix"])
+            await inline(client, uri, line, col)
+            insert(client, uri, 2, line, col, t["target"][0])
+            res = await inline(client, uri, line, col + 1)
+            assert res is not None
+    recs = read_log(log)
+    second = [r for r in recs if r["version"] == 2]
+    first = [r for r in recs if r["version"] == 1]
+    assert len(second) == len(tasks) == len(first)
+    for r in second:
+        assert r["reused_tokens"] >= 0.9 * r["prompt_tokens"], r
+    # The first request of each document evaluated its prompt; the second did not.
+    assert sum(r["reused_tokens"] for r in first) < 0.5 * sum(r["prompt_tokens"] for r in first)
+
+
+async def test_newer_request_supersedes_older(tmp_path: Path) -> None:
+    log = tmp_path / "lat.jsonl"
+    task = humaneval("Multi", n=1)[0]
+    async with session(args=["--latency-log", str(log), "--max-tokens", "48"]) as (client, _):
+        uri = (tmp_path / "s.py").as_uri()
+        text = task["prefix"] + task["suffix"]
+        open_doc(client, uri, text)
+        line, col = end_position(task["prefix"])
+        first = asyncio.ensure_future(inline(client, uri, line, col))
+        await asyncio.sleep(0.05)
+        second = asyncio.ensure_future(inline(client, uri, line, col))
+        r1, r2 = await asyncio.gather(first, second)
+        assert r1 is not None and len(r1.items) == 0
+        assert r2 is not None and len(r2.items) == 1
+    outcomes = [r["outcome"] for r in read_log(log)]
+    assert outcomes == ["superseded", "returned"]
+
+
+async def test_rapid_requests_with_edits_only_newest_completes(tmp_path: Path) -> None:
+    log = tmp_path / "lat.jsonl"
+    task = humaneval("Single", n=3)[2]
+    async with session(args=["--latency-log", str(log)]) as (client, _):
+        uri = (tmp_path / "rapid.py").as_uri()
+        open_doc(client, uri, task["prefix"] + task["suffix"])
+        line, col = end_position(task["prefix"])
+        target = task["target"].split("\n")[0] + "xxxxxxxxxxxxxxxxxxxx"
+        futures = []
+        for k in range(20):
+            if k:
+                insert(client, uri, k + 1, line, col + k - 1, target[k - 1])
+            futures.append(asyncio.ensure_future(inline(client, uri, line, col + k)))
+            await asyncio.sleep(0.01)
+        results = await asyncio.wait_for(asyncio.gather(*futures), 120)
+        assert all(r is not None for r in results)
+        assert all(len(r.items) == 0 for r in results[:-1] if r is not None)
+        # The server is alive and serves the final state.
+        again = await inline(client, uri, line, col + 19)
+        assert again is not None
+    recs = read_log(log)
+    assert len(recs) == 21
+    assert all(r["outcome"] in ("superseded", "cancelled") for r in recs[:19])
+
+
+async def test_cancel_request_stops_engine_work(tmp_path: Path) -> None:
+    log = tmp_path / "lat.jsonl"
+    # A long document: the prefill takes seconds, so the cancel lands mid-work.
+    body = "".join(f"def function_{i}(x):\n    return x * {i} + {i * 7}\n\n" for i in range(400))
+    async with session(args=["--latency-log", str(log)]) as (client, _):
+        uri = (tmp_path / "long.py").as_uri()
+        open_doc(client, uri, body)
+        line, col = end_position(body)
+        params = types.InlineCompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            position=types.Position(line=line, character=col),
+            context=types.InlineCompletionContext(
+                trigger_kind=types.InlineCompletionTriggerKind.Invoked))
+        fut = asyncio.ensure_future(client.protocol.send_request_async(
+            types.TEXT_DOCUMENT_INLINE_COMPLETION, params))
+        await asyncio.sleep(0.3)
+        msg_id = max(client.protocol._request_futures)
+        client.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id=msg_id))
+        try:
+            res = await asyncio.wait_for(fut, 30)
+            assert not res or not res.items
+        except Exception as exc:  # an LSP RequestCancelled error is a valid answer
+            assert "cancel" in str(exc).lower()
+        # Still alive: a small document completes.
+        uri2 = (tmp_path / "small.py").as_uri()
+        open_doc(client, uri2, "def add(a, b):\n    return ")
+        res2 = await inline(client, uri2, 1, 11)
+        assert res2 is not None
+    recs = read_log(log)
+    assert recs[0]["outcome"] == "cancelled"
+    assert recs[0]["generated_tokens"] == 0
+
+
+async def test_result_for_a_stale_version_is_dropped(tmp_path: Path) -> None:
+    log = tmp_path / "lat.jsonl"
+    task = humaneval("Single", n=5)[4]
+    async with session(args=["--latency-log", str(log)]) as (client, _):
+        uri = (tmp_path / "stale.py").as_uri()
+        open_doc(client, uri, task["prefix"] + task["suffix"])
+        line, col = end_position(task["prefix"])
+        fut = asyncio.ensure_future(inline(client, uri, line, col))
+        await asyncio.sleep(0.02)
+        insert(client, uri, 2, 0, 0, "# edited\n")
+        res = await fut
+        assert res is not None and len(res.items) == 0
+    assert [r["outcome"] for r in read_log(log)] == ["superseded"]
+
+
+async def test_bad_requests_get_empty_answers(tmp_path: Path) -> None:
+    async with session() as (client, _):
+        # Unknown document.
+        res = await inline(client, "file:///nowhere/missing.py", 0, 0)
+        assert res is not None and len(res.items) == 0
+        # Empty document.
+        uri = (tmp_path / "empty.py").as_uri()
+        open_doc(client, uri, "")
+        res = await inline(client, uri, 0, 0)
+        assert res is not None
+        # Positions past the end of the line and of the document are clamped.
+        uri2 = (tmp_path / "short.py").as_uri()
+        open_doc(client, uri2, "import os\nprint(os.")
+        res = await inline(client, uri2, 1, 500)
+        assert res is not None
+        for item in res.items:
+            assert item.range is not None and item.range.start.character == 9
+        res = await inline(client, uri2, 99, 0)
+        assert res is not None
+        # didChange for a document that was never opened is ignored, not fatal.
+        insert(client, "file:///never/opened.py", 2, 0, 0, "x")
+        # Classic completion works too (one item).
+        comp = await client.text_document_completion_async(types.CompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri2),
+            position=types.Position(line=1, character=9)))
+        assert comp is not None
+        items = comp.items if isinstance(comp, types.CompletionList) else comp
+        assert len(items) <= 1
+
+
+async def test_missing_model_file_keeps_server_up(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.gguf"
+    async with session(args=["--model", str(missing)]) as (client, _):
+        for _ in range(100):
+            if client.messages:
+                break
+            await asyncio.sleep(0.05)
+        assert any(str(missing) in m.message for m in client.messages)
+        assert any(m.type == types.MessageType.Error for m in client.messages)
+        uri = (tmp_path / "a.py").as_uri()
+        open_doc(client, uri, "def f():\n    ")
+        res = await inline(client, uri, 1, 4)
+        assert res is not None and len(res.items) == 0
+
+
+async def test_invalid_option_is_reported_once_and_defaults_used(tmp_path: Path) -> None:
+    opts = {"maxTokens": "lots", "nCtx": 2048}
+    async with session(init_options=opts) as (client, _):
+        uri = (tmp_path / "a.py").as_uri()
+        open_doc(client, uri, "def add(a, b):\n    return ")
+        res = await inline(client, uri, 1, 11)
+        assert res is not None
+        client.workspace_did_change_configuration(
+            types.DidChangeConfigurationParams(settings={"fimls": {"maxTokens": "lots"}}))
+        await inline(client, uri, 1, 11)
+    bad = [m for m in client.messages if "maxTokens" in m.message]
+    assert len(bad) == 1 and bad[0].type == types.MessageType.Warning
