@@ -93,6 +93,8 @@ def _coerce(value: Any, default: Any, name: str) -> Any:
             return None
         raise ValueError("null is not allowed")
     if name in ("threads",):
+        if isinstance(value, bool) or not isinstance(value, int | str):
+            raise ValueError("must be an integer")
         try:
             v = int(value)
         except (TypeError, ValueError):

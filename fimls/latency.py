@@ -130,6 +130,13 @@ def percentile(values: list[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
+def _num(value: Any) -> float | None:
+    """A numeric field's value; None for anything a hand-edited log may hold instead."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
 def summarize(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
     """p50/p95 of every timing and count field, counts by outcome, reuse and acceptance."""
     recs = list(records)
@@ -137,18 +144,19 @@ def summarize(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
                            "outcomes": dict(Counter(str(r.get("outcome")) for r in recs))}
     fields: dict[str, dict[str, float]] = {}
     for k in TIMING_FIELDS + COUNT_FIELDS:
-        vals = [float(r[k]) for r in recs if isinstance(r.get(k), int | float)]
+        vals = [v for r in recs if (v := _num(r.get(k))) is not None]
         fields[k] = {"p50": percentile(vals, 50), "p95": percentile(vals, 95),
                      "n": float(len(vals))}
     out["fields"] = fields
     returned = [r for r in recs if r.get("outcome") == "returned"]
-    for name, subset in (("returned", returned),):
-        vals = [float(r["total_ms"]) for r in subset if "total_ms" in r]
-        out[f"{name}_total_ms"] = {"p50": percentile(vals, 50), "p95": percentile(vals, 95)}
-    prompt = sum(int(r.get("prompt_tokens", 0)) for r in recs)
-    reused = sum(int(r.get("reused_tokens", 0)) for r in recs)
-    drafted = sum(int(r.get("drafted_tokens", 0)) for r in recs)
-    accepted = sum(int(r.get("accepted_tokens", 0)) for r in recs)
+    kept = [v for r in returned if (v := _num(r.get("total_ms"))) is not None]
+    out["returned_total_ms"] = {"p50": percentile(kept, 50), "p95": percentile(kept, 95)}
+
+    def total(key: str) -> float:
+        return sum(v for r in recs if (v := _num(r.get(key))) is not None)
+
+    prompt, reused = total("prompt_tokens"), total("reused_tokens")
+    drafted, accepted = total("drafted_tokens"), total("accepted_tokens")
     out["reuse_ratio"] = reused / prompt if prompt else 0.0
     out["acceptance_rate"] = accepted / drafted if drafted else 0.0
     return out

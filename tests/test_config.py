@@ -1,0 +1,165 @@
+"""Tests for fimls.config: defaults, camelCase keys (flat or nested), one warning per bad value."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from fimls.config import Options, apply_dict, camel, describe, leaves
+
+
+def value(opts: Options, key: str) -> Any:
+    """The current value of the option named by camelCase ``key``."""
+    sec, name = leaves(opts)[key]
+    return getattr(getattr(opts, sec), name)
+
+
+def snapshot(opts: Options) -> dict[str, Any]:
+    """camelCase key -> value for every option."""
+    return {key: value(opts, key) for key in leaves(opts)}
+
+
+def test_defaults() -> None:
+    o = Options()
+    assert snapshot(o) == {
+        "model": None, "nCtx": 4096, "nBatch": 512, "threads": None, "nGpuLayers": 0,
+        "fimOrder": "auto", "maxTokens": 64, "maxLines": 8, "speculative": "auto",
+        "latencyLog": None, "logLevel": "INFO",
+    }
+
+
+def test_camel() -> None:
+    assert camel("n_gpu_layers") == "nGpuLayers"
+    assert camel("model") == "model"
+
+
+def test_flat_camel_case_keys() -> None:
+    new, warnings = apply_dict(Options(), {"maxTokens": 32, "nCtx": 2048, "logLevel": "debug",
+                                           "model": "/models/m.gguf"})
+    assert warnings == []
+    assert (new.completion.max_tokens, new.model.n_ctx) == (32, 2048)
+    assert new.logging.log_level == "DEBUG"
+    assert new.model.model == "/models/m.gguf"
+
+
+def test_nested_sections() -> None:
+    new, warnings = apply_dict(Options(), {"completion": {"maxLines": 3},
+                                           "model": {"nGpuLayers": -1, "fimOrder": "spm"},
+                                           "logging": {"latencyLog": "/tmp/l.jsonl"}})
+    assert warnings == []
+    assert new.completion.max_lines == 3
+    assert (new.model.n_gpu_layers, new.model.fim_order) == (-1, "spm")
+    assert new.logging.latency_log == "/tmp/l.jsonl"
+
+
+def test_under_fimls_key() -> None:
+    new, warnings = apply_dict(Options(), {"fimls": {"speculative": "off",
+                                                     "completion": {"maxTokens": 7}}})
+    assert warnings == []
+    assert (new.completion.speculative, new.completion.max_tokens) == ("off", 7)
+
+
+def test_snake_case_and_string_numbers() -> None:
+    new, warnings = apply_dict(Options(), {"max_tokens": 5, "nCtx": "128", "threads": "2"})
+    assert warnings == []
+    assert (new.completion.max_tokens, new.model.n_ctx, new.model.threads) == (5, 128, 2)
+
+
+def test_nullable_options_reset() -> None:
+    prev, _ = apply_dict(Options(), {"threads": 4, "model": "/m.gguf", "latencyLog": "/l"})
+    new, warnings = apply_dict(prev, {"threads": None, "model": "", "latencyLog": None})
+    assert warnings == []
+    assert (new.model.threads, new.model.model, new.logging.latency_log) == (None, None, None)
+
+
+def test_input_options_not_mutated() -> None:
+    base = Options()
+    new, _ = apply_dict(base, {"maxTokens": 9, "nCtx": 512})
+    assert (base.completion.max_tokens, base.model.n_ctx) == (64, 4096)
+    assert new.completion is not base.completion and new.model is not base.model
+
+
+PREVIOUS = {"nCtx": 2048, "nBatch": 256, "threads": 3, "maxTokens": 40, "maxLines": 4,
+            "model": "/m.gguf", "logLevel": "WARNING", "speculative": "lookup",
+            "fimOrder": "psm", "latencyLog": "/l.jsonl", "nGpuLayers": 5}
+
+
+@pytest.mark.parametrize(("key", "bad"), [
+    ("nCtx", 10),
+    ("nCtx", "abc"),
+    ("nCtx", 1.5),
+    ("nCtx", True),
+    ("nCtx", None),
+    ("nBatch", 0),
+    ("nBatch", []),
+    ("maxTokens", 0),
+    ("maxLines", -2),
+    ("nGpuLayers", "many"),
+    ("threads", 0),
+    ("threads", "x"),
+    ("threads", 1.7),
+    ("threads", True),
+    ("threads", [2]),
+    ("model", 5),
+    ("latencyLog", 3),
+    ("logLevel", "LOUD"),
+    ("logLevel", 10),
+    ("speculative", "fast"),
+    ("fimOrder", "mps"),
+])
+def test_invalid_value_warns_once_and_keeps_previous(key: str, bad: Any) -> None:
+    prev, warnings = apply_dict(Options(), PREVIOUS)
+    assert warnings == []
+    other = "maxTokens" if key != "maxTokens" else "maxLines"
+    new, warnings = apply_dict(prev, {key: bad, other: 1})
+    assert len(warnings) == 1
+    assert key in warnings[0] and repr(value(prev, key)) in warnings[0]
+    assert value(new, key) == PREVIOUS[key]
+    assert value(new, other) == 1  # the valid key next to the bad one is still applied
+
+
+def test_several_invalid_values_one_warning_each() -> None:
+    new, warnings = apply_dict(Options(), {"nCtx": 1, "maxTokens": "x", "logLevel": "?",
+                                           "maxLines": 2})
+    assert len(warnings) == 3
+    assert snapshot(new) == {**snapshot(Options()), "maxLines": 2}
+
+
+def test_unknown_keys_warn_and_are_ignored() -> None:
+    new, warnings = apply_dict(Options(), {"bogus": 1, "completion": {"alsoBogus": 2},
+                                           "fimls": {"third": 3}, "maxTokens": 8})
+    assert len(warnings) == 3
+    for name in ("bogus", "alsoBogus", "third"):
+        assert sum(name in w for w in warnings) == 1
+    assert all("unknown" in w for w in warnings)
+    assert snapshot(new) == {**snapshot(Options()), "maxTokens": 8}
+
+
+@pytest.mark.parametrize("data", [[1, 2], "maxTokens=3", 7])
+def test_non_dict_input_warns(data: Any) -> None:
+    new, warnings = apply_dict(Options(), data)
+    assert len(warnings) == 1
+    assert snapshot(new) == snapshot(Options())
+
+
+def test_none_input_is_silent() -> None:
+    new, warnings = apply_dict(Options(), None)
+    assert warnings == []
+    assert snapshot(new) == snapshot(Options())
+
+
+def test_describe_lists_every_option() -> None:
+    rows = describe()
+    opts = Options()
+    table = leaves(opts)
+    assert sorted(r[0] for r in rows) == sorted(table)
+    assert len(rows) == len(table) == sum(
+        len(dataclasses.fields(getattr(opts, s.name))) for s in dataclasses.fields(opts))
+    for key, flag, default, doc in rows:
+        _, name = table[key]
+        assert flag == "--" + name.replace("_", "-")
+        assert default == value(opts, key)
+        assert doc.strip(), key
+    assert len({r[1] for r in rows}) == len(rows)
