@@ -74,6 +74,9 @@ class FimlsServer(LanguageServer):
         self._warned: set[str] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._progress_token: str | None = None
+        self._progress_begun: str | None = None
+        self._progress_seq = 0
+        self._initialized = False
         self.scheduler.on_state_change(self._on_engine_state)
 
     # -- options and model -----------------------------------------------------------------
@@ -128,46 +131,59 @@ class FimlsServer(LanguageServer):
             loop.call_soon_threadsafe(fn)
 
     def start_loading(self) -> None:
-        """Load (or reload) the model on the engine thread, with $/progress."""
+        """Load (or reload) the model on the engine thread; requests meanwhile get empty
+        results. Progress is shown once the client can be sent requests (``initialized``)."""
         opts = self.options
-        self._begin_progress()
         self.scheduler.load(lambda: self.engine_factory(opts))
 
-    def _begin_progress(self) -> None:
+    def begin_progress(self) -> None:
+        """``$/progress`` for a model load in flight (call on the event loop thread)."""
         caps = self.client_capabilities
         window = caps.window if caps else None
-        if not (window and window.work_done_progress):
+        if not (window and window.work_done_progress) or self.scheduler.state != "loading":
             return
-        token = f"fimls-load-{id(self)}-{len(self._warned)}"
+        if self._progress_token is not None:
+            return  # already showing
+        self._progress_seq += 1
+        token = f"fimls-load-{self._progress_seq}"
         self._progress_token = token
 
-        def begin(_: Any = None) -> None:
+        def begin(*_: Any) -> None:
             try:
                 self.work_done_progress.begin(token, types.WorkDoneProgressBegin(
                     title="fimls", message="loading model", cancellable=False))
             except Exception:
                 log.debug("progress begin failed", exc_info=True)
+                return
+            self._progress_begun = token
+            if self.scheduler.state in ("ready", "failed"):
+                self._end_progress()
 
         try:
             self.work_done_progress.create(token, callback=begin)
         except Exception:
             log.debug("progress create failed", exc_info=True)
 
+    def _end_progress(self) -> None:
+        token = self._progress_begun
+        if token is None or token != self._progress_token:
+            return  # not begun yet: begin() ends it as soon as it has begun
+        self._progress_token = self._progress_begun = None
+        ok = self.scheduler.state == "ready"
+        try:
+            self.work_done_progress.end(token, types.WorkDoneProgressEnd(
+                message="model ready" if ok else "model failed to load"))
+        except Exception:
+            log.debug("progress end failed", exc_info=True)
+
     def _on_engine_state(self, state: str, error: str | None) -> None:
         # Called on the engine thread.
         if state == "failed" and error:
             self.show(error, types.MessageType.Error)
-        if state in ("ready", "failed") and self._progress_token:
-            token = self._progress_token
-            self._progress_token = None
-            msg = "model ready" if state == "ready" else "model failed to load"
-
-            def end() -> None:
-                try:
-                    self.work_done_progress.end(token, types.WorkDoneProgressEnd(message=msg))
-                except Exception:
-                    log.debug("progress end failed", exc_info=True)
-            self._call_in_loop(end)
+        if state in ("ready", "failed"):
+            self._call_in_loop(self._end_progress)
+        if state == "loading" and self._initialized:
+            self._call_in_loop(self.begin_progress)
 
     # -- documents -------------------------------------------------------------------------
 
@@ -252,13 +268,15 @@ def build_server(options: Options, engine_factory: EngineFactory) -> FimlsServer
             roots = [params.root_uri]
         ls.roots = roots
         ls.apply_options(params.initialization_options, initial=True)
+        # Loading starts now, not at `initialized`: the client is still setting up anyway.
+        ls.start_loading()
         log.info("client %s, position encoding %s",
                  params.client_info.name if params.client_info else "?", ls.encoding)
 
     @server.feature(types.INITIALIZED)
     def initialized(ls: FimlsServer, params: types.InitializedParams) -> None:
-        ls._loop = asyncio.get_running_loop()
-        ls.start_loading()
+        ls._initialized = True
+        ls.begin_progress()
 
     @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
     def did_change_configuration(ls: FimlsServer,

@@ -8,7 +8,16 @@ from pathlib import Path
 import pytest
 from lsprotocol import types
 
-from tests.lsp_helpers import end_position, humaneval, inline, insert, open_doc, read_log, session
+from tests.lsp_helpers import (
+    end_position,
+    humaneval,
+    inline,
+    insert,
+    open_doc,
+    read_log,
+    session,
+    wait_ready,
+)
 
 pytestmark = pytest.mark.asyncio
 
@@ -211,3 +220,41 @@ async def test_invalid_option_is_reported_once_and_defaults_used(tmp_path: Path)
         await inline(client, uri, 1, 11)
     bad = [m for m in client.messages if "maxTokens" in m.message]
     assert len(bad) == 1 and bad[0].type == types.MessageType.Warning
+
+
+async def test_requests_while_loading_answer_empty_at_once(tmp_path: Path) -> None:
+    async with session(ready=False) as (client, _):
+        uri = (tmp_path / "a.py").as_uri()
+        open_doc(client, uri, "def add(a, b):\n    return ")
+        res = await asyncio.wait_for(inline(client, uri, 1, 11), 1.0)
+        assert res is not None and len(res.items) == 0
+        assert await wait_ready(client)
+        ends = [r for reports in client.progress_reports.values() for r in reports
+                if isinstance(r, types.WorkDoneProgressEnd)]
+        assert len(ends) == 1
+        res = await inline(client, uri, 1, 11)
+        assert res is not None and len(res.items) == 1
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "utf-16", "utf-32"])
+async def test_position_encodings_with_non_bmp_text(tmp_path: Path, encoding: str) -> None:
+    # The cursor follows a line with an emoji and a CJK character; its column differs
+    # between encodings, and the returned range must use the negotiated one.
+    line_text = 'greeting = "😀 你好"  # say hi\nprint(greeting.'
+    async with session(encodings=[encoding]) as (client, init):
+        assert init.capabilities.position_encoding == encoding
+        uri = (tmp_path / "enc.py").as_uri()
+        text = 'for ch in "😀 你好":'
+        open_doc(client, uri, line_text + "\n" + text + "\n")
+        units = {"utf-8": len(text.encode()), "utf-16": len(text.encode("utf-16-le")) // 2,
+                 "utf-32": len(text)}[encoding]
+        res = await inline(client, uri, 2, units)
+        assert res is not None and len(res.items) == 1
+        item = res.items[0]
+        assert item.range is not None
+        assert (item.range.start.line, item.range.start.character) == (2, units)
+        # A column past the end of the line clamps to the end of the line.
+        res = await inline(client, uri, 2, units + 40)
+        assert res is not None and len(res.items) == 1
+        item = res.items[0]
+        assert item.range is not None and item.range.start.character == units
