@@ -57,10 +57,14 @@ def make_engine(options: Options) -> Any:
     from fimls.engine.core import Engine, EngineConfig
     from fimls.models import resolve_model
 
-    m = options.model
+    m, c = options.model, options.completion
+    draft = resolve_model(c.draft_model) if c.draft_model else None
     return Engine(EngineConfig(model_path=resolve_model(m.model), n_ctx=m.n_ctx,
                                n_batch=m.n_batch, threads=m.threads,
-                               n_gpu_layers=m.n_gpu_layers, fim_order=m.fim_order))
+                               n_gpu_layers=m.n_gpu_layers, fim_order=m.fim_order,
+                               draft_model=draft, draft_max=c.draft_max,
+                               ngram_max=c.ngram_max,
+                               measure_costs=c.speculative != "off"))
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

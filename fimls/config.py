@@ -49,6 +49,12 @@ class CompletionOptions:
     """Most lines in a multi-line suggestion."""
     speculative: str = "auto"
     """auto, off, lookup or model (off: plain greedy decoding, no reuse of suggestions)."""
+    draft_model: str | None = None
+    """Path to a small GGUF with the main model's vocabulary, used as a drafter."""
+    draft_max: int = 8
+    """Most tokens drafted for one verification (4-16 on a GPU, fewer on a CPU)."""
+    ngram_max: int = 3
+    """Longest n-gram key prompt lookup matches (2-4)."""
 
 
 @dataclass(kw_only=True)
@@ -89,7 +95,7 @@ def _coerce(value: Any, default: Any, name: str) -> Any:
     """Convert ``value`` to the type of the field; raise ValueError if it cannot be."""
     kind = type(default) if default is not None else None
     if value is None:
-        if default is None or name in ("threads", "model", "latency_log"):
+        if default is None or name in ("threads", "model", "latency_log", "draft_model"):
             return None
         raise ValueError("null is not allowed")
     if name in ("threads",):
@@ -102,7 +108,7 @@ def _coerce(value: Any, default: Any, name: str) -> Any:
         if v < 1:
             raise ValueError("must be >= 1")
         return v
-    if name in ("model", "latency_log"):
+    if name in ("model", "latency_log", "draft_model"):
         if not isinstance(value, str):
             raise ValueError("must be a string path")
         return value or None
@@ -119,8 +125,10 @@ def _coerce(value: Any, default: Any, name: str) -> Any:
             raise ValueError("must be an integer") from None
         if name in ("n_ctx",) and v < 64:
             raise ValueError("must be >= 64")
-        if name in ("n_batch", "max_tokens", "max_lines") and v < 1:
+        if name in ("n_batch", "max_tokens", "max_lines", "ngram_max") and v < 1:
             raise ValueError("must be >= 1")
+        if name == "draft_max" and not 0 <= v <= 64:
+            raise ValueError("must be between 0 and 64")
         return v
     if kind is str:
         if not isinstance(value, str):

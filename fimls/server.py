@@ -227,7 +227,20 @@ class FimlsServer(LanguageServer):
                                  suffix=suffix, prefix_offset=offset, repo_name=repo,
                                  rel_path=rel,
                                  max_tokens=c.max_tokens, max_lines=c.max_lines,
-                                 speculative=c.speculative)
+                                 speculative=c.speculative,
+                                 neighbors=self._neighbor_texts(doc))
+
+    def _neighbor_texts(self, doc: TextDocument, limit: int = 3) -> list[str]:
+        """Up to ``limit`` other open buffers (their first 8k characters): a draft source."""
+        out = []
+        for uri in reversed(self.docs.uris()):
+            if uri != doc.uri:
+                other = self.docs.get(uri)
+                if other is not None:
+                    out.append(other.text[:8192])
+                if len(out) >= limit:
+                    break
+        return out
 
     async def complete_at(self, uri: str, position: types.Position,
                           ) -> tuple[str, TextDocument, Pos] | None:

@@ -17,7 +17,7 @@ from pytest_lsp import LanguageClient
 from pytest_lsp.client import make_test_lsp_client
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
-DATA = Path(__file__).resolve().parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "fimls" / "data"
 
 
 def capabilities(*, encodings: Sequence[str] | None = None) -> types.ClientCapabilities:

@@ -195,8 +195,9 @@ async def test_bad_requests_get_empty_answers(tmp_path: Path) -> None:
 
 async def test_missing_model_file_keeps_server_up(tmp_path: Path) -> None:
     missing = tmp_path / "nope.gguf"
-    async with session(args=["--model", str(missing)]) as (client, _):
-        for _ in range(100):
+    # The load fails at once, possibly before any progress could be shown: no ready wait.
+    async with session(args=["--model", str(missing)], ready=False) as (client, _):
+        for _ in range(200):
             if client.messages:
                 break
             await asyncio.sleep(0.05)

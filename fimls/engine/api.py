@@ -29,6 +29,7 @@ class CompletionRequest:
     max_tokens: int = 64
     max_lines: int = 8
     speculative: str = "auto"
+    neighbors: list[str] = field(default_factory=list)  # text of other open buffers
     request_id: str = field(default_factory=lambda: f"r{next(_ids)}")
     created: float = field(default_factory=time.monotonic)
 

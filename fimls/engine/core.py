@@ -11,7 +11,9 @@ picks next (``nxt``). A new request then:
 3. evaluates only the tokens after the longest common prefix with the cache, in
    ``n_batch`` chunks with logits only at the last position;
 4. decodes greedily, forcing the healed text, checking stop rules and cancellation after
-   every token.
+   every token; where a drafter has a proposal worth verifying (see ``fimls.drafting``),
+   the last token and the draft go through the model in one batch, the longest agreeing
+   prefix is kept, and the cache is rolled back past the first disagreement.
 
 Evaluation is lazy: a token is decoded into the cache only when the logits after it are
 needed, so a request that stops never pays for its last token.
@@ -24,9 +26,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from fimls.drafting import Draft, DraftPolicy, PromptLookupDraft
 from fimls.engine.api import CompletionRequest, CompletionResult
 from fimls.engine.llama import LlamaModel
 from fimls.latency import LatencyRecord
@@ -50,6 +54,10 @@ class EngineConfig:
     threads: int | None = None
     n_gpu_layers: int = 0
     fim_order: str = "auto"
+    draft_model: Path | None = None
+    draft_max: int = 8
+    ngram_max: int = 3
+    measure_costs: bool = True
 
 
 def _lcp(a: list[int], b: list[int]) -> int:
@@ -72,15 +80,92 @@ class Engine:
         self.model_name = cfg.model_path.name
         self.kv: list[int] = []
         self.nxt: list[int | None] = []
+        self._fresh_from = 0
         # Sorting every token's piece once makes token healing a bisect, not a vocab scan.
         self.vocab.tokens_consistent_with(b"x")
+        self.lookup = PromptLookupDraft(max_ngram_size=cfg.ngram_max,
+                                        num_pred_tokens=cfg.draft_max)
+        self.policy = DraftPolicy(max_draft=min(cfg.draft_max, self.model.n_batch // 2 - 1))
+        self.prev_gen: dict[str, list[int]] = {}
+        self.draft_model: Any = None
+        if cfg.measure_costs:
+            self.policy.batch_cost = self.measure_batch_costs()
+        if cfg.draft_model is not None:
+            from fimls.engine.draft_model import ModelDraft
+
+            self.draft_model = ModelDraft(cfg.draft_model, self.vocab, self.model_name,
+                                          n_ctx=cfg.n_ctx, n_batch=cfg.n_batch,
+                                          threads=cfg.threads, n_gpu_layers=cfg.n_gpu_layers)
+            self.draft_step_cost = self._measure_draft_step() if cfg.measure_costs else 1.0
+        else:
+            self.draft_step_cost = 0.0
         log.info("model %s loaded: n_vocab=%d n_ctx=%d template=%s/%s", self.model_name,
                  self.vocab.n_tokens, self.model.n_ctx, self.template.kind,
                  self.template.family)
 
     def close(self) -> None:
         """Free native resources."""
+        if self.draft_model is not None:
+            self.draft_model.close()
         self.model.close()
+
+    # -- cost model -----------------------------------------------------------------------
+
+    def _probe_tokens(self) -> list[int]:
+        text = "def probe(values):\n    total = 0\n    for v in values:\n        total += v\n"
+        head = [self.vocab.bos] if self.vocab.bos >= 0 else []
+        return (head + self.vocab.tokenize(text * 4))[:64]
+
+    def measure_batch_costs(self) -> dict[int, float]:
+        """Time verify batches of k+1 positions against one step, on this machine."""
+        base = self._probe_tokens()
+        n = len(base)
+        self.model.kv_truncate(0)
+        self.model.decode(base, 0, [n - 1])
+        times: dict[int, float] = {}
+        extra = base[1:18]
+        for k in (0, 1, 2, 4, 8, 16):
+            if k + 1 > self.model.n_batch // 2:
+                break
+            best = float("inf")
+            for _ in range(3):
+                self.model.kv_truncate(n)
+                t0 = time.perf_counter()
+                self.model.decode(extra[:k + 1], n, list(range(k + 1)))
+                for i in range(k + 1):
+                    int(np.argmax(self.model.logits(i)))
+                best = min(best, time.perf_counter() - t0)
+            times[k] = best
+        self.model.kv_truncate(0)
+        self.kv, self.nxt = [], []
+        costs = {k: t / times[0] for k, t in times.items()}
+        log.info("verify cost (x one step) by draft length: %s",
+                 ", ".join(f"{k}:{c:.2f}" for k, c in sorted(costs.items())))
+        return costs
+
+    def _measure_draft_step(self) -> float:
+        """The draft model's single step, relative to the main model's."""
+        dm = self.draft_model
+        base = self._probe_tokens()
+
+        def step(model: LlamaModel) -> float:
+            model.kv_truncate(0)
+            model.decode(base, 0, [len(base) - 1])
+            best = float("inf")
+            for _ in range(3):
+                model.kv_truncate(len(base))
+                t0 = time.perf_counter()
+                model.decode(base[1:2], len(base), [0])
+                int(np.argmax(model.logits(0)))
+                best = min(best, time.perf_counter() - t0)
+            model.kv_truncate(0)
+            return best
+
+        ratio = step(dm.model) / step(self.model)
+        dm.kv = []
+        self.kv, self.nxt = [], []
+        log.info("draft model step costs %.2f main steps", ratio)
+        return ratio
 
     def reset(self) -> None:
         """Forget the KV cache (after an error the cache contents are unknown)."""
@@ -136,6 +221,7 @@ class Engine:
         """Make the cache hold exactly ``seq`` with logits at its last position."""
         n = len(seq)
         start = min(common, n - 1)
+        self._fresh_from = min(self._fresh_from, start)
         if start < len(self.kv):
             self.model.kv_truncate(start)
             del self.kv[start:]
@@ -178,13 +264,87 @@ class Engine:
             rec.outcome = "returned" if text else "empty"
         return CompletionResult(text=text, record=rec)
 
+    def _setup_drafters(self, req: CompletionRequest, prompt_tokens: list[int]) -> bool:
+        """Fill the lookup sources for this request; False when nothing may be drafted."""
+        mode = req.speculative
+        self.lookup.clear()
+        if mode == "off":
+            return False
+        if mode in ("auto", "lookup"):
+            tail = self.prev_gen.get(req.uri)
+            if tail:
+                self.lookup.set_source("tail", tail)
+            if self.template.kind == "continuation" and req.suffix:
+                # FIM prompts already hold the suffix; continuation prompts do not.
+                self.lookup.set_source("suffix", self.vocab.tokenize(req.suffix[:4096]))
+            self.lookup.set_source("context", prompt_tokens)
+            if req.neighbors:
+                self.lookup.set_source("buffers", self._neighbor_tokens(req.neighbors))
+        return bool(self.lookup.sources) or (self.draft_model is not None
+                                             and mode in ("auto", "model"))
+
+    def _neighbor_tokens(self, texts: list[str]) -> list[int]:
+        out: list[int] = []
+        for t in texts:
+            out.extend(self.vocab.tokenize(t[:8192]))
+        return out
+
+    def _propose(self, req: CompletionRequest, seq: list[int]) -> tuple[Draft, int] | None:
+        """The draft worth verifying now and how many of its tokens, or None."""
+        mode = req.speculative
+        force = mode in ("lookup", "model")
+        budget = self.policy.max_draft
+        if mode in ("auto", "lookup"):
+            d = self.lookup.propose(seq, budget)
+            if d is not None and (d.source == "tail" or self.draft_model is None
+                                  or mode == "lookup"):
+                k = self.policy.choose(d.source, len(d.tokens), d.match_len, force=force)
+                if k > 0:
+                    return Draft(d.tokens[:k], d.source, d.match_len), k
+        if self.draft_model is not None and mode in ("auto", "model"):
+            k = self.policy.choose("model", budget, extra_cost=self.draft_step_cost,
+                                   force=force)
+            if k > 0:
+                d = self.draft_model.propose(seq, k)
+                if d is not None:
+                    return d, len(d.tokens)
+        return None
+
+    def _verify(self, seq: list[int], draft: list[int], cancelled: Callable[[], bool]) -> int:
+        """Evaluate ``[seq[-1]] + draft`` in one batch; keep the agreeing prefix.
+
+        Precondition: the cache holds exactly ``seq[:-1]``. Afterwards it holds ``seq`` plus
+        the accepted draft tokens, with the greedy choice after each of them in ``nxt``.
+        """
+        n = len(seq)
+        batch = [seq[-1], *draft]
+        if cancelled():
+            raise Cancelled
+        if not self.model.decode(batch, n - 1, list(range(len(batch)))):
+            self.model.kv_truncate(n - 1)
+            raise Cancelled
+        preds = [int(np.argmax(self.model.logits(i))) for i in range(len(batch))]
+        a = 0
+        while a < len(draft) and preds[a] == draft[a]:
+            a += 1
+        self.kv.extend(batch[:a + 1])
+        self.nxt.extend(preds[:a + 1])
+        # Roll the cache back past the first disagreement.
+        self.model.kv_truncate(n + a)
+        return a
+
     def _run(self, req: CompletionRequest, rec: LatencyRecord, cancelled: Callable[[], bool],
              t_start: float) -> str:
-        use_memo = req.speculative != "off"
+        spec = req.speculative != "off"
+        if not spec:
+            # Plain greedy decoding: nothing computed for an earlier request is reused but
+            # the cache itself (no replay of earlier suggestions).
+            self.nxt = [None] * len(self.kv)
         prompt = self.build(req)
         tokens, constraint = prompt.tokens, prompt.constraint
-        if use_memo and self.template.kind == "continuation":
+        if spec and self.template.kind == "continuation":
             tokens, constraint = self._align_with_path(prompt)
+        drafting = self._setup_drafters(req, tokens)
         ctx = CursorContext.from_text(req.prefix, req.suffix)
         policy = StopPolicy(ctx=ctx, max_lines=req.max_lines)
         stop_ids = self.template.stop_ids
@@ -192,6 +352,7 @@ class Engine:
 
         seq = list(tokens)
         common = _lcp(seq, self.kv)
+        self._fresh_from = len(self.kv)  # nxt below this index predates the request
         rec.prompt_tokens = len(seq)
         rec.reused_tokens = min(common, len(seq))
         out = bytearray()
@@ -199,32 +360,51 @@ class Engine:
         text = ""
         prompt_done = False
         t_first: float | None = None
-        gen = 0
+        gen_tokens: list[int] = []
+        sources: dict[str, int] = {}
         rec.stop = "max_tokens"
-        while gen < req.max_tokens:
+        while len(gen_tokens) < req.max_tokens:
             if cancelled():
                 raise Cancelled
             n = len(seq)
-            g: int | None = None
-            if use_memo and common >= n and self.nxt[n - 1] is not None:
-                g = self.nxt[n - 1]
-                rec.memo_tokens += 1
-                live = False
+            live = False
+            if common >= n and self.nxt[n - 1] is not None:
+                # Known from this request's verification, or (speculative modes) from the
+                # generation that produced this token path: no compute at all.
+                if n - 1 < self._fresh_from:
+                    rec.memo_tokens += 1
             else:
                 t0 = time.monotonic()
-                self._evaluate(seq, common, cancelled)
+                proposal = None
+                if (drafting and prompt_done and not remaining and common >= n - 1
+                        and n + self.policy.max_draft < self.model.n_ctx):
+                    if len(self.kv) > n - 1:
+                        self._fresh_from = min(self._fresh_from, n - 1)
+                        self.model.kv_truncate(n - 1)
+                        del self.kv[n - 1:]
+                        del self.nxt[n - 1:]
+                    proposal = self._propose(req, seq)
+                if proposal is not None:
+                    draft, _k = proposal
+                    accepted = self._verify(seq, draft.tokens, cancelled)
+                    rec.drafted_tokens += len(draft.tokens)
+                    rec.accepted_tokens += accepted
+                    sources[draft.source] = sources.get(draft.source, 0) + accepted
+                    self.policy.record(draft.source, len(draft.tokens), accepted)
+                else:
+                    self._evaluate(seq, common, cancelled)
                 common = n
                 if not prompt_done:
                     rec.prompt_ms = (time.monotonic() - t0) * 1000.0
-                g = self.nxt[n - 1]
                 live = True
             prompt_done = True
+            g = self.nxt[n - 1]
             assert g is not None
             tok = g
             if remaining:
                 p = vocab.text_piece(g)
                 if not p or not (p.startswith(remaining) or remaining.startswith(p)):
-                    if not live:
+                    if not live or len(self.kv) != n:
                         self._evaluate(seq, n - 1, cancelled)
                         common = n
                     cands = vocab.tokens_consistent_with(remaining)
@@ -248,9 +428,9 @@ class Engine:
                     remaining = remaining[len(piece):]
                     piece = b""
             seq.append(tok)
+            gen_tokens.append(tok)
             if common == n and n < len(self.kv) and self.kv[n] == tok:
                 common = n + 1
-            gen += 1
             if piece:
                 out += piece
                 text = out.decode("utf-8", "ignore")
@@ -259,7 +439,19 @@ class Engine:
                     text = text[:cut]
                     rec.stop = "policy"
                     break
-        rec.generated_tokens = gen
+        rec.generated_tokens = len(gen_tokens)
+        if sources:
+            rec.draft = max(sources, key=lambda k: sources[k])
         if t_first is not None:
             rec.decode_ms = (time.monotonic() - t_first) * 1000.0
+        self._remember(req.uri, gen_tokens)
         return finalize(text, ctx)
+
+    def _remember(self, uri: str, generated: list[int]) -> None:
+        """Keep the last suggestion's tokens per document: the best draft source there is."""
+        if not generated:
+            return
+        self.prev_gen.pop(uri, None)
+        self.prev_gen[uri] = list(generated)
+        while len(self.prev_gen) > 64:
+            self.prev_gen.pop(next(iter(self.prev_gen)))

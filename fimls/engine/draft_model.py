@@ -1,0 +1,86 @@
+"""A small GGUF model as a drafter: greedy tokens on its own context, with its own KV reuse.
+
+The draft model must share the main model's vocabulary (drafts cross over by token id);
+that is checked once at load, and a mismatch is refused with a message naming both models.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from fimls.drafting import Draft, check_vocab_compatible, top_probability
+from fimls.engine.llama import LlamaModel, ModelLoadError, Vocab
+
+log = logging.getLogger(__name__)
+
+
+def vocab_texts(vocab: Vocab) -> list[bytes]:
+    """Every token's stored text, in id order (what compatibility is judged on)."""
+    return [vocab.token_text(i).encode("utf-8", "surrogatepass") for i in range(vocab.n_tokens)]
+
+
+class ModelDraft:
+    """Greedy drafts from a second model that sees the same token history."""
+
+    def __init__(self, path: Path, main_vocab: Vocab, main_name: str, *, n_ctx: int,
+                 n_batch: int, threads: int | None, n_gpu_layers: int,
+                 p_min: float = 0.5) -> None:
+        self.model = LlamaModel(path, n_ctx=n_ctx, n_batch=n_batch, threads=threads,
+                                n_gpu_layers=n_gpu_layers)
+        why = check_vocab_compatible(main_name, vocab_texts(main_vocab), path.name,
+                                     vocab_texts(self.model.vocab))
+        if why:
+            self.model.close()
+            raise ModelLoadError(f"refusing draft model: {why}")
+        self.name = path.name
+        self.p_min = p_min
+        self.kv: list[int] = []
+
+    def close(self) -> None:
+        """Free the draft model."""
+        self.model.close()
+
+    def _sync(self, history: Sequence[int]) -> None:
+        """Make the draft context hold ``history`` with logits at its end."""
+        hist = list(history)
+        common = 0
+        n = min(len(hist), len(self.kv))
+        while common < n and hist[common] == self.kv[common]:
+            common += 1
+        start = min(common, len(hist) - 1)
+        self.model.kv_truncate(start)
+        del self.kv[start:]
+        nb = self.model.n_batch
+        pos = start
+        while pos < len(hist):
+            chunk = hist[pos:pos + nb]
+            last = pos + len(chunk) == len(hist)
+            if not self.model.decode(chunk, pos, [len(chunk) - 1] if last else []):
+                self.model.kv_truncate(pos)
+                raise RuntimeError("draft decode aborted")
+            self.kv.extend(chunk)
+            pos += len(chunk)
+
+    def propose(self, history: Sequence[int], n: int) -> Draft | None:
+        """Up to ``n`` greedy tokens; stops early when the top probability is below p_min."""
+        if n <= 0 or not history or len(history) + n >= self.model.n_ctx:
+            return None
+        self._sync(history)
+        out: list[int] = []
+        pos = len(self.kv)
+        for _ in range(n):
+            tok, p = top_probability(np.asarray(self.model.logits(-1)))
+            if p < self.p_min or self.model.vocab.is_eog(tok):
+                break
+            out.append(tok)
+            if len(out) == n:
+                break
+            if not self.model.decode([tok], pos, [0]):
+                break
+            self.kv.append(tok)
+            pos += 1
+        return Draft(out, "model", 0) if out else None
