@@ -156,6 +156,86 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Speculation on/off on the same prompts; table, JSON and PNG."""
+    from fimls import bench
+
+    opts = _options_from_args(args)
+    _setup_logging(opts.logging.log_level)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    sets = [bench.load_tasks(s.strip(), args.n) for s in args.sets.split(",") if s.strip()]
+    configs = [c.strip() for c in args.configs.split(",") if c.strip()]
+    if opts.completion.draft_model and "model" not in configs:
+        configs.append("model")
+    if "off" in configs:
+        configs.remove("off")
+    configs.insert(0, "off")
+    for c in configs:
+        if c not in ("off", "auto", "lookup", "model"):
+            raise SystemExit(f"fimls bench: unknown configuration {c!r}")
+    if "model" in configs and not opts.completion.draft_model:
+        raise SystemExit("fimls bench: configuration 'model' needs --draft-model")
+    engine = make_engine(opts)
+    total = sum(len(t) * args.repeats + args.warmup for _, t in sets) * len(configs)
+    ks_tasks: list[bench.Task] = []
+    if args.keystroke_tasks:
+        ks_tasks = bench.load_tasks("humaneval-multi", args.keystroke_tasks)[1]
+        total += len(ks_tasks) * 2
+    bar = bench.Progress(total, "bench")
+    result = bench.BenchResult()
+    m = opts.model
+    result.setup = {"model": str(engine.cfg.model_path), "draft_model": opts.completion.draft_model,
+                    "n_ctx": m.n_ctx, "threads": m.threads, "n_gpu_layers": m.n_gpu_layers,
+                    "max_tokens": opts.completion.max_tokens, "temperature": 0,
+                    "configs": configs, "warmup": args.warmup, "repeats": args.repeats,
+                    "verify_cost": engine.policy.batch_cost,
+                    "sets": {k: len(t) for k, t in sets}}
+    result.runs = bench.run_engine_bench(
+        engine, sets, configs, warmup=args.warmup, repeats=args.repeats,
+        max_tokens=opts.completion.max_tokens, max_lines=opts.completion.max_lines,
+        progress=bar.step)
+    engine.close()
+    result.summary = bench.summarize_runs(result.runs)
+    if ks_tasks:
+        serve_args = [a for a in _passthrough_flags(args)]
+        result.keystroke = bench.run_keystroke_bench(serve_args, ks_tasks, args.keystroke_chars,
+                                                     out, progress=bar.step)
+    print(f"model: {result.setup['model']}  threads: {m.threads or 'auto'}  "
+          f"gpu layers: {m.n_gpu_layers}  max tokens: {opts.completion.max_tokens}")
+    print("verify cost (x one step) by draft length: " + ", ".join(
+        f"{k}:{v:.2f}" for k, v in sorted(engine.policy.batch_cost.items())))
+    print(bench.format_table(result.summary))
+    if result.keystroke:
+        print("\ntyping the suggestion character by character, through fimls serve:")
+        for cfg, row in result.keystroke["summary"].items():
+            print(f"  {cfg:<6} follow-ups {row['requests']:>4}  p50 {row['follow_p50_ms']:8.1f} ms"
+                  f"  p95 {row['follow_p95_ms']:8.1f} ms  "
+                  f"p50 vs off {row.get('follow_p50_vs_off', float('nan')):.2f}  "
+                  f"through the model {row['through_model']:>3}  drafts accepted "
+                  f"{row['accepted']}/{row['drafted']}")
+    data = {"setup": result.setup, "summary": result.summary,
+            "keystroke": result.keystroke.get("summary") if result.keystroke else None,
+            "runs": [r.__dict__ for r in result.runs]}
+    (out / "bench.json").write_text(json.dumps(data, indent=1, default=str))
+    print(f"\nJSON: {out / 'bench.json'}")
+    if bench.plot(result, out / "bench.png"):
+        print(f"plot: {out / 'bench.png'}")
+    return 0
+
+
+def _passthrough_flags(args: argparse.Namespace) -> list[str]:
+    """The model/context flags given to bench, for the servers it starts."""
+    keep = {"model", "nCtx", "nBatch", "threads", "nGpuLayers", "maxTokens", "maxLines",
+            "draftModel", "draftMax", "ngramMax"}
+    out: list[str] = []
+    for key, flag, _default, _doc in describe():
+        value = getattr(args, f"opt_{key}", None)
+        if key in keep and value is not None:
+            out += [flag, str(value)]
+    return out
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for all subcommands."""
     p = argparse.ArgumentParser(prog="fimls", description="Local fill-in-the-middle code "
@@ -172,6 +252,24 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("target", nargs="?", help="FILE:LINE[:COL]")
     _add_option_flags(c)
     c.set_defaults(func=cmd_complete)
+    b = sub.add_parser("bench", help="measure speculative decoding against plain decoding")
+    b.add_argument("--sets", default="humaneval-single,humaneval-multi",
+                   help="comma-separated task sets: humaneval-single, humaneval-multi, or "
+                   "JSONL files with prefix/suffix/target (e.g. from make_edit_tasks.py)")
+    b.add_argument("--n", type=int, default=12, help="tasks per set (default 12)")
+    b.add_argument("--warmup", type=int, default=3, help="warm-up requests per configuration")
+    b.add_argument("--repeats", type=int, default=1, help="measured passes over each set")
+    b.add_argument("--configs", default="off,auto,lookup",
+                   help="speculative modes to compare with off (model is added with "
+                   "--draft-model)")
+    b.add_argument("--keystroke-tasks", type=int, default=6,
+                   help="tasks for the typing-the-suggestion scenario through fimls serve "
+                   "(0: skip)")
+    b.add_argument("--keystroke-chars", type=int, default=12,
+                   help="characters typed per task in that scenario")
+    b.add_argument("--out", default="bench-out", help="folder for bench.json and bench.png")
+    _add_option_flags(b)
+    b.set_defaults(func=cmd_bench)
     st = sub.add_parser("stats", help="summarise a latency log")
     st.add_argument("log", nargs="?", help="latency log (default: the user state dir's)")
     st.add_argument("--json", action="store_true", help="machine-readable output")

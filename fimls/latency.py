@@ -40,9 +40,11 @@ class LatencyRecord:
     prompt_tokens: int = 0
     reused_tokens: int = 0
     memo_tokens: int = 0  # tokens replayed from the previous generation without compute
+    evaluated_tokens: int = 0  # positions the model computed for this request (0: none)
     generated_tokens: int = 0
     drafted_tokens: int = 0
     accepted_tokens: int = 0
+    draft_batches: int = 0  # verification batches (mean accepted length = accepted / this)
     draft: str = "none"
     outcome: str = "empty"
     model: str = ""

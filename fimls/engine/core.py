@@ -81,6 +81,7 @@ class Engine:
         self.kv: list[int] = []
         self.nxt: list[int | None] = []
         self._fresh_from = 0
+        self._evaluated = 0
         # Sorting every token's piece once makes token healing a bisect, not a vocab scan.
         self.vocab.tokens_consistent_with(b"x")
         self.lookup = PromptLookupDraft(max_ngram_size=cfg.ngram_max,
@@ -89,7 +90,7 @@ class Engine:
         self.prev_gen: dict[str, list[int]] = {}
         self.draft_model: Any = None
         if cfg.measure_costs:
-            self.policy.batch_cost = self.measure_batch_costs()
+            self.policy.batch_cost = self._cached_costs()
         if cfg.draft_model is not None:
             from fimls.engine.draft_model import ModelDraft
 
@@ -116,19 +117,53 @@ class Engine:
         head = [self.vocab.bos] if self.vocab.bos >= 0 else []
         return (head + self.vocab.tokenize(text * 4))[:64]
 
+    def _cached_costs(self) -> dict[int, float]:
+        """Batch costs for this model and settings, measured once per machine and cached."""
+        import json
+
+        from fimls.models import cache_dir
+
+        st = self.cfg.model_path.stat()
+        key = (f"{self.cfg.model_path.resolve()}|{st.st_size}|{st.st_mtime_ns}|"
+               f"{self.cfg.threads}|{self.cfg.n_gpu_layers}|{self.cfg.n_batch}|{self.policy.max_draft}")
+        path = cache_dir() / "verify-costs.json"
+        try:
+            table = json.loads(path.read_text())
+        except (OSError, ValueError):
+            table = {}
+        if isinstance(table, dict) and isinstance(table.get(key), dict):
+            try:
+                return {int(k): float(v) for k, v in table[key].items()}
+            except (TypeError, ValueError):
+                pass
+        costs = self.measure_batch_costs()
+        if not isinstance(table, dict):
+            table = {}
+        table[key] = costs
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(table))
+        except OSError:
+            log.debug("cannot cache verify costs at %s", path)
+        return costs
+
     def measure_batch_costs(self) -> dict[int, float]:
-        """Time verify batches of k+1 positions against one step, on this machine."""
+        """Time verify batches of k+1 positions against one step, on this machine.
+
+        Matrix kernels change with the batch size (on a CPU, 5 positions can cost less
+        than 3), so every draft length up to the maximum is timed.
+        """
         base = self._probe_tokens()
         n = len(base)
         self.model.kv_truncate(0)
         self.model.decode(base, 0, [n - 1])
         times: dict[int, float] = {}
-        extra = base[1:18]
-        for k in (0, 1, 2, 4, 8, 16):
+        extra = (base[1:] * 2)[:self.policy.max_draft + 1]
+        for k in range(self.policy.max_draft + 1):
             if k + 1 > self.model.n_batch // 2:
                 break
             best = float("inf")
-            for _ in range(3):
+            for _ in range(2 if k else 5):
                 self.model.kv_truncate(n)
                 t0 = time.perf_counter()
                 self.model.decode(extra[:k + 1], n, list(range(k + 1)))
@@ -239,6 +274,7 @@ class Engine:
                 raise Cancelled
             self.kv.extend(chunk)
             self.nxt.extend([None] * len(chunk))
+            self._evaluated += len(chunk)
             pos += len(chunk)
         self.nxt[n - 1] = int(np.argmax(self.model.logits(-1)))
 
@@ -323,6 +359,7 @@ class Engine:
         if not self.model.decode(batch, n - 1, list(range(len(batch)))):
             self.model.kv_truncate(n - 1)
             raise Cancelled
+        self._evaluated += len(batch)
         preds = [int(np.argmax(self.model.logits(i))) for i in range(len(batch))]
         a = 0
         while a < len(draft) and preds[a] == draft[a]:
@@ -353,6 +390,7 @@ class Engine:
         seq = list(tokens)
         common = _lcp(seq, self.kv)
         self._fresh_from = len(self.kv)  # nxt below this index predates the request
+        self._evaluated = 0
         rec.prompt_tokens = len(seq)
         rec.reused_tokens = min(common, len(seq))
         out = bytearray()
@@ -389,6 +427,7 @@ class Engine:
                     accepted = self._verify(seq, draft.tokens, cancelled)
                     rec.drafted_tokens += len(draft.tokens)
                     rec.accepted_tokens += accepted
+                    rec.draft_batches += 1
                     sources[draft.source] = sources.get(draft.source, 0) + accepted
                     self.policy.record(draft.source, len(draft.tokens), accepted)
                 else:
@@ -440,6 +479,7 @@ class Engine:
                     rec.stop = "policy"
                     break
         rec.generated_tokens = len(gen_tokens)
+        rec.evaluated_tokens = self._evaluated
         if sources:
             rec.draft = max(sources, key=lambda k: sources[k])
         if t_first is not None:

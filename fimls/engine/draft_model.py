@@ -29,13 +29,17 @@ class ModelDraft:
     def __init__(self, path: Path, main_vocab: Vocab, main_name: str, *, n_ctx: int,
                  n_batch: int, threads: int | None, n_gpu_layers: int,
                  p_min: float = 0.5) -> None:
+        # The vocabulary is checked before any weights are loaded.
+        probe = LlamaModel(path, vocab_only=True)
+        try:
+            why = check_vocab_compatible(main_name, vocab_texts(main_vocab), path.name,
+                                         vocab_texts(probe.vocab))
+        finally:
+            probe.close()
+        if why:
+            raise ModelLoadError(f"refusing draft model: {why}")
         self.model = LlamaModel(path, n_ctx=n_ctx, n_batch=n_batch, threads=threads,
                                 n_gpu_layers=n_gpu_layers)
-        why = check_vocab_compatible(main_name, vocab_texts(main_vocab), path.name,
-                                     vocab_texts(self.model.vocab))
-        if why:
-            self.model.close()
-            raise ModelLoadError(f"refusing draft model: {why}")
         self.name = path.name
         self.p_min = p_min
         self.kv: list[int] = []

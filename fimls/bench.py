@@ -1,0 +1,398 @@
+"""``fimls bench``: does speculation help on this machine, with this model? Measure it.
+
+Methodology (the same for every configuration, so only speculation differs):
+
+* the very same prompts, model, context settings, max tokens, greedy decoding, threads and
+  GPU offload for the baseline (``off``) and every speculative configuration;
+* every measured request is cold: the KV cache and the remembered suggestions are cleared
+  before it, so no configuration profits from another's work;
+* warm-up requests first, then at least 10 measured requests per configuration and task
+  set, interleaved (the order of configurations rotates from task to task) so that machine
+  drift hits all of them alike;
+* per configuration and task set: TTFT, total latency and decode tokens/s (p50, p95),
+  acceptance rate, mean accepted length, the gain against the baseline
+  (baseline − speculative) / baseline × 100 per task (median and interquartile spread), and
+  whether the outputs were identical to the baseline's.
+
+The ``keystroke`` scenario drives ``fimls serve`` over stdio the way an editor does when
+the user accepts a suggestion character by character, and compares follow-up latency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import logging
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from fimls.latency import percentile
+
+log = logging.getLogger(__name__)
+
+BUILTIN_SETS = {
+    "humaneval-single": "HumanEval-SingleLineInfilling.jsonl.gz",
+    "humaneval-multi": "HumanEval-MultiLineInfilling.jsonl.gz",
+}
+
+
+@dataclass(frozen=True)
+class Task:
+    """One fill-in-the-middle task: the document is prefix + suffix."""
+
+    task_id: str
+    prefix: str
+    suffix: str
+    target: str
+
+
+def _open_text(path: Path) -> Iterable[str]:
+    if path.suffix == ".gz":
+        with gzip.open(path, "rt", encoding="utf-8") as fh:
+            yield from fh
+    else:
+        with path.open(encoding="utf-8") as fh:
+            yield from fh
+
+
+def load_tasks(spec: str, n: int, stride: int | None = None) -> tuple[str, list[Task]]:
+    """A task set by builtin name or JSONL path; ``n`` tasks spread over the set."""
+    if spec in BUILTIN_SETS:
+        path = Path(str(resources.files("fimls").joinpath("data", BUILTIN_SETS[spec])))
+        name = spec
+    else:
+        path = Path(spec)
+        name = path.name.split(".")[0]
+    rows: list[Task] = []
+    for line in _open_text(path):
+        if not line.strip():
+            continue
+        t = json.loads(line)
+        prefix = t.get("prefix", t.get("prompt"))
+        target = t.get("target", t.get("canonical_solution", ""))
+        if prefix is None or "suffix" not in t:
+            raise ValueError(f"{path}: each line needs prefix (or prompt) and suffix")
+        rows.append(Task(str(t.get("task_id", len(rows))), prefix, t["suffix"], target))
+    if not rows:
+        raise ValueError(f"{path}: no tasks")
+    step = stride or max(1, len(rows) // max(1, n))
+    return name, rows[::step][:n]
+
+
+class Progress:
+    """A one-line progress bar on stderr."""
+
+    def __init__(self, total: int, label: str = "") -> None:
+        self.total = max(1, total)
+        self.done = 0
+        self.label = label
+        self.t0 = time.monotonic()
+        self.tty = sys.stderr.isatty()
+
+    def step(self, note: str = "") -> None:
+        """One more unit done."""
+        self.done += 1
+        if not self.tty and self.done % max(1, self.total // 20) and self.done != self.total:
+            return
+        frac = self.done / self.total
+        bar = "#" * int(frac * 30)
+        eta = (time.monotonic() - self.t0) / frac * (1 - frac)
+        end = "" if self.tty else "\n"
+        sys.stderr.write(f"\r{self.label} [{bar:<30}] {self.done}/{self.total} "
+                         f"eta {eta:5.0f}s {note[:30]:<30}{end}")
+        if self.done == self.total and self.tty:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+@dataclass
+class Run:
+    """One measured request."""
+
+    kind: str
+    config: str
+    task_id: str
+    text: str
+    record: dict[str, Any]
+
+
+@dataclass
+class BenchResult:
+    """Everything a bench run measured, and its summary."""
+
+    runs: list[Run] = field(default_factory=list)
+    setup: dict[str, Any] = field(default_factory=dict)
+    summary: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    keystroke: dict[str, Any] = field(default_factory=dict)
+
+
+def _stats(values: Sequence[float]) -> dict[str, float]:
+    vals = [v for v in values if v == v]
+    return {"p50": percentile(vals, 50), "p95": percentile(vals, 95),
+            "mean": statistics.fmean(vals) if vals else float("nan")}
+
+
+def summarize_runs(runs: list[Run], baseline: str = "off") -> dict[str, dict[str, dict[str, Any]]]:
+    """Per kind and configuration: latency, tokens/s, acceptance, gain, identical outputs."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    kinds = sorted({r.kind for r in runs})
+    for kind in kinds:
+        by_cfg: dict[str, list[Run]] = {}
+        for r in runs:
+            if r.kind == kind:
+                by_cfg.setdefault(r.config, []).append(r)
+        base = {r.task_id: r for r in by_cfg.get(baseline, [])}
+        out[kind] = {}
+        for cfg, rs in by_cfg.items():
+            recs = [r.record for r in rs]
+            gen = sum(int(x["generated_tokens"]) for x in recs)
+            dec = sum(float(x["decode_ms"]) for x in recs)
+            drafted = sum(int(x["drafted_tokens"]) for x in recs)
+            accepted = sum(int(x["accepted_tokens"]) for x in recs)
+            batches = sum(int(x.get("draft_batches", 0)) for x in recs)
+            per_tps = [x["generated_tokens"] / (x["decode_ms"] / 1000.0) for x in recs
+                       if x["decode_ms"] > 0 and x["generated_tokens"] > 1]
+            gains, same = [], 0
+            for r in rs:
+                b = base.get(r.task_id)
+                if b is None:
+                    continue
+                bt = float(b.record["total_ms"])
+                if bt > 0:
+                    gains.append((bt - float(r.record["total_ms"])) / bt * 100.0)
+                same += r.text == b.text
+            base_tps = out[kind].get(baseline, {}).get("tokens_per_s")
+            tps = gen / (dec / 1000.0) if dec > 0 else float("nan")
+            out[kind][cfg] = {
+                "runs": len(rs),
+                "ttft_ms": _stats([float(x["ttft_ms"]) for x in recs]),
+                "total_ms": _stats([float(x["total_ms"]) for x in recs]),
+                "tokens_per_s": tps,
+                "tokens_per_s_runs": _stats(per_tps),
+                "acceptance_rate": accepted / drafted if drafted else 0.0,
+                "mean_accepted_len": accepted / batches if batches else 0.0,
+                "drafted_tokens": drafted,
+                "accepted_tokens": accepted,
+                "gain_pct": {"median": percentile(gains, 50), "p25": percentile(gains, 25),
+                             "p75": percentile(gains, 75)},
+                "identical": f"{same}/{len(rs)}" if base else "n/a",
+                "identical_count": same,
+            }
+            if base_tps:
+                out[kind][cfg]["tps_ratio"] = tps / base_tps
+        if baseline in out[kind]:
+            bt = out[kind][baseline]["tokens_per_s"]
+            for row in out[kind].values():
+                row["tps_ratio"] = row["tokens_per_s"] / bt if bt else float("nan")
+    return out
+
+
+def format_table(summary: dict[str, dict[str, dict[str, Any]]]) -> str:
+    """The terminal table."""
+    head = (f"{'task set':<18}{'config':<8}{'runs':>5}{'ttft p50':>10}{'total p50':>10}"
+            f"{'p95':>8}{'tok/s':>8}{'x off':>7}{'accept':>8}{'acc.len':>8}{'gain% (IQR)':>20}"
+            f"{'same':>8}")
+    lines = [head, "-" * len(head)]
+    for kind, rows in summary.items():
+        for cfg, r in rows.items():
+            g = r["gain_pct"]
+            gain = (f"{g['median']:+.1f} ({g['p25']:+.0f}..{g['p75']:+.0f})"
+                    if g["median"] == g["median"] else "")
+            lines.append(
+                f"{kind:<18}{cfg:<8}{r['runs']:>5}{r['ttft_ms']['p50']:>10.0f}"
+                f"{r['total_ms']['p50']:>10.0f}{r['total_ms']['p95']:>8.0f}"
+                f"{r['tokens_per_s']:>8.1f}{r.get('tps_ratio', float('nan')):>7.2f}"
+                f"{r['acceptance_rate']:>8.0%}{r['mean_accepted_len']:>8.2f}{gain:>20}"
+                f"{r['identical']:>8}")
+    return "\n".join(lines)
+
+
+def run_engine_bench(engine: Any, sets: list[tuple[str, list[Task]]], configs: list[str], *,
+                     warmup: int, repeats: int, max_tokens: int, max_lines: int,
+                     progress: Callable[[str], None] | None = None) -> list[Run]:
+    """Cold, interleaved requests of every configuration on every task."""
+    from fimls.engine.api import CompletionRequest
+
+    def one(kind: str, task: Task, cfg: str) -> Run:
+        engine.reset()
+        engine.prev_gen.clear()
+        req = CompletionRequest(uri=f"bench://{kind}/{task.task_id}", version=1,
+                                prefix=task.prefix, suffix=task.suffix,
+                                max_tokens=max_tokens, max_lines=max_lines, speculative=cfg)
+        res = engine.complete(req, lambda: False)
+        d = json.loads(res.record.to_json())
+        return Run(kind, cfg, task.task_id, res.text, d)
+
+    runs: list[Run] = []
+    for kind, tasks in sets:
+        for i in range(warmup):
+            for cfg in configs:
+                one(kind, tasks[i % len(tasks)], cfg)
+                if progress:
+                    progress(f"{kind} warm-up")
+        for rep in range(repeats):
+            for ti, task in enumerate(tasks):
+                shift = (ti + rep) % len(configs)
+                for cfg in configs[shift:] + configs[:shift]:
+                    runs.append(one(kind, task, cfg))
+                    if progress:
+                        progress(f"{kind} {cfg}")
+    return runs
+
+
+async def _keystroke_session(cmd: list[str], tasks: list[Task], chars: int,
+                             progress: Callable[[str], None] | None) -> list[dict[str, Any]]:
+    """Drive one ``fimls serve``: ask, then type the suggestion one character at a time."""
+    from lsprotocol import types
+    from pygls.lsp.client import LanguageClient
+
+    client = LanguageClient("fimls-bench", "1")
+    await client.start_io(cmd[0], *cmd[1:])
+    ready = asyncio.Event()
+
+    @client.feature(types.WINDOW_WORK_DONE_PROGRESS_CREATE)
+    def _create(params: types.WorkDoneProgressCreateParams) -> None:
+        return None
+
+    @client.feature(types.PROGRESS)
+    def _progress(params: types.ProgressParams) -> None:
+        value = params.value
+        if isinstance(value, dict) and value.get("kind") == "end":
+            ready.set()
+
+    await client.initialize_async(types.InitializeParams(
+        capabilities=types.ClientCapabilities(
+            window=types.WindowClientCapabilities(work_done_progress=True))))
+    client.initialized(types.InitializedParams())
+    await asyncio.wait_for(ready.wait(), 300)
+    out: list[dict[str, Any]] = []
+
+    async def ask(uri: str, line: int, col: int) -> tuple[str, float]:
+        t0 = time.perf_counter()
+        res = await client.text_document_inline_completion_async(types.InlineCompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            position=types.Position(line=line, character=col),
+            context=types.InlineCompletionContext(
+                trigger_kind=types.InlineCompletionTriggerKind.Automatic)))
+        ms = (time.perf_counter() - t0) * 1000.0
+        items = (res.items if isinstance(res, types.InlineCompletionList)
+                 else list(res or []))
+        text = items[0].insert_text if items else ""
+        return (text if isinstance(text, str) else ""), ms
+
+    for ti, task in enumerate(tasks):
+        uri = f"file:///bench/keystroke/{ti}.py"
+        client.text_document_did_open(types.DidOpenTextDocumentParams(
+            text_document=types.TextDocumentItem(uri=uri, language_id="python", version=1,
+                                                 text=task.prefix + task.suffix)))
+        lines = task.prefix.split("\n")
+        line, col = len(lines) - 1, len(lines[-1].encode("utf-16-le")) // 2
+        shown, first_ms = await ask(uri, line, col)
+        follow: list[float] = []
+        version = 1
+        # Type what was shown (the user accepts it letter by letter), asking after each.
+        for ch in shown[:chars]:
+            version += 1
+            pos = types.Position(line=line, character=col)
+            client.text_document_did_change(types.DidChangeTextDocumentParams(
+                text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+                content_changes=[types.TextDocumentContentChangePartial(
+                    range=types.Range(start=pos, end=pos), text=ch)]))
+            if ch == "\n":
+                line, col = line + 1, 0
+            else:
+                col += len(ch.encode("utf-16-le")) // 2
+            _, ms = await ask(uri, line, col)
+            follow.append(ms)
+        out.append({"task_id": task.task_id, "first_ms": first_ms, "follow_ms": follow,
+                    "shown": shown})
+        client.text_document_did_close(types.DidCloseTextDocumentParams(
+            text_document=types.TextDocumentIdentifier(uri=uri)))
+        if progress:
+            progress("keystroke")
+    await client.shutdown_async(None)
+    client.exit(None)
+    await client.stop()
+    return out
+
+
+def run_keystroke_bench(serve_args: list[str], tasks: list[Task], chars: int, out_dir: Path,
+                        configs: Sequence[str] = ("off", "auto"),
+                        progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Follow-up latency when typing the suggestion, per speculative mode, via stdio.
+
+    Each server writes its own latency log; the summary reads it back to tell which
+    follow-ups needed the model at all, and how their drafts fared.
+    """
+    from fimls.latency import read_records
+
+    results: dict[str, Any] = {}
+    logs: dict[str, Path] = {}
+    for cfg in configs:
+        logs[cfg] = out_dir / f"keystroke-{cfg}.jsonl"
+        logs[cfg].unlink(missing_ok=True)
+        cmd = [sys.executable, "-m", "fimls", "serve", *serve_args, "--speculative", cfg,
+               "--log-level", "WARNING", "--latency-log", str(logs[cfg])]
+        results[cfg] = asyncio.run(_keystroke_session(cmd, tasks, chars, progress))
+    summary: dict[str, Any] = {}
+    for cfg, rows in results.items():
+        follow = [ms for r in rows for ms in r["follow_ms"]]
+        recs = [r for r in read_records(logs[cfg]) if (r.get("version") or 0) > 1]
+        through = [r for r in recs if r.get("evaluated_tokens", 1) > 0]
+        tail = [r for r in through if r.get("draft") == "tail"]
+        drafted = sum(int(r.get("drafted_tokens", 0)) for r in through)
+        accepted = sum(int(r.get("accepted_tokens", 0)) for r in through)
+        summary[cfg] = {"requests": len(follow), "follow_p50_ms": percentile(follow, 50),
+                        "follow_p95_ms": percentile(follow, 95),
+                        "first_p50_ms": percentile([r["first_ms"] for r in rows], 50),
+                        "through_model": len(through), "tail_drafted": len(tail),
+                        "drafted": drafted, "accepted": accepted,
+                        "acceptance": accepted / drafted if drafted else float("nan")}
+    if "off" in summary:
+        base = summary["off"]["follow_p50_ms"]
+        for row in summary.values():
+            row["follow_p50_vs_off"] = row["follow_p50_ms"] / base if base else float("nan")
+    return {"summary": summary, "sessions": results}
+
+
+def plot(result: BenchResult, path: Path) -> bool:
+    """A PNG of the latency distributions per task set and configuration."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log.warning("matplotlib is not installed (pip install 'fimls[bench]'): no plot")
+        return False
+    kinds = sorted({r.kind for r in result.runs})
+    ncols = len(kinds) + (1 if result.keystroke else 0)
+    fig, axes = plt.subplots(1, max(1, ncols), figsize=(5 * max(1, ncols), 4.5), squeeze=False)
+    for ax, kind in zip(axes[0], kinds, strict=False):
+        cfgs = sorted({r.config for r in result.runs if r.kind == kind},
+                      key=lambda c: (c != "off", c))
+        data = [[r.record["total_ms"] for r in result.runs if r.kind == kind and r.config == c]
+                for c in cfgs]
+        ax.boxplot(data, tick_labels=cfgs, showfliers=True)
+        ax.set_title(f"{kind}: total latency")
+        ax.set_ylabel("ms")
+    if result.keystroke:
+        ax = axes[0][len(kinds)]
+        sessions = result.keystroke["sessions"]
+        cfgs = list(sessions)
+        data = [[ms for r in sessions[c] for ms in r["follow_ms"]] for c in cfgs]
+        ax.boxplot(data, tick_labels=cfgs)
+        ax.set_yscale("log")
+        ax.set_title("typing the suggestion: follow-up latency")
+        ax.set_ylabel("ms (log)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
