@@ -199,7 +199,10 @@ def finalize(text: str, ctx: CursorContext) -> str:
     if not text.strip():
         return ""
     if mode == "insert":
-        # Whole lines go in above the existing code, which keeps its own indentation.
+        # Whole lines go in above the existing code, which must keep its indentation: when
+        # the text after the cursor starts with whitespace it carries its own, and what
+        # was typed before the cursor belongs to the first inserted line; otherwise the
+        # indentation before the cursor is the code's and is repeated for it.
         following = ctx.following
         lines = text.split("\n")
         if following and lines[-1].strip() == following:
@@ -207,5 +210,6 @@ def finalize(text: str, ctx: CursorContext) -> str:
         text = "\n".join(lines).rstrip()
         if not text.strip():
             return ""
-        return text + "\n" + ctx.line_prefix
+        carries_indent = ctx.line_suffix[:1] in (" ", "\t")
+        return text + "\n" + ("" if carries_indent else ctx.line_prefix)
     return text

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,3 +16,14 @@ def _isolated_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FIMLS_STATE_DIR", str(tmp_path / "state"))
     if "FIMLS_CACHE_DIR" in os.environ:
         monkeypatch.setenv("FIMLS_CACHE_DIR", os.environ["FIMLS_CACHE_DIR"])
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Print what the lossless test counted (identical outputs per drafter)."""
+    from tests import test_speculative
+
+    lines = test_speculative.pytest_terminal_summary_lines()
+    if lines:
+        terminalreporter.section("speculative decoding: lossless check")
+        for line in lines:
+            terminalreporter.write_line(line)

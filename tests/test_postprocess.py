@@ -158,6 +158,10 @@ def test_insert_mode_ends_with_cursor_indent() -> None:
     assert finalize("x = 2\n    y = 3\n", c) == "x = 2\n    y = 3\n    "
     assert finalize("x = 2\n    return 1", c) == "x = 2\n    "  # repeats the code after
     assert finalize("return 1", c) == ""
+    # The code after the cursor carries its own indentation: what was typed before the
+    # cursor starts the inserted line, and the code keeps its indentation unchanged.
+    own = ctx("def f():\n ", "       return 1\n")
+    assert finalize("   x = 2", own) == "   x = 2\n"
 
 
 def test_tabs_kept_when_cursor_line_uses_tabs() -> None:

@@ -384,6 +384,10 @@ class Engine:
         drafting = self._setup_drafters(req, tokens)
         ctx = CursorContext.from_text(req.prefix, req.suffix)
         policy = StopPolicy(ctx=ctx, max_lines=req.max_lines)
+        # On a blank line a suggestion never starts with a newline (it would be invisible
+        # ghost text); ruling it out while decoding, rather than trimming it afterwards,
+        # keeps the shown text identical to the model's token path, so typing it reuses it.
+        ban_leading_newline = ctx.mode != "line" and not ctx.line_prefix.strip()
         stop_ids = self.template.stop_ids
         vocab = self.vocab
 
@@ -440,18 +444,18 @@ class Engine:
             g = self.nxt[n - 1]
             assert g is not None
             tok = g
-            if remaining:
-                p = vocab.text_piece(g)
-                if not p or not (p.startswith(remaining) or remaining.startswith(p)):
-                    if not live or len(self.kv) != n:
-                        self._evaluate(seq, n - 1, cancelled)
-                        common = n
-                    cands = vocab.tokens_consistent_with(remaining)
-                    if len(cands) == 0:
-                        rec.stop = "no_token"
-                        break
-                    logits = self.model.logits(-1)
-                    tok = int(cands[int(np.argmax(logits[cands]))])
+            no_newline = not out and ban_leading_newline
+            if not self._allowed(g, remaining, no_newline):
+                # The greedy token breaks a constraint: choose among the tokens that keep
+                # it, from live logits (recomputed if the choice came from the cache).
+                if not live or len(self.kv) != n:
+                    self._evaluate(seq, n - 1, cancelled)
+                    common = n
+                pick = self._constrained_argmax(remaining, no_newline)
+                if pick is None:
+                    rec.stop = "no_token"
+                    break
+                tok = pick
             if t_first is None:
                 t_first = time.monotonic()
                 rec.ttft_ms = (t_first - req.created) * 1000.0
@@ -486,6 +490,36 @@ class Engine:
             rec.decode_ms = (time.monotonic() - t_first) * 1000.0
         self._remember(req.uri, gen_tokens)
         return finalize(text, ctx)
+
+    def _allowed(self, tok: int, remaining: bytes, no_newline: bool) -> bool:
+        """Whether ``tok`` keeps the forced text and the no-leading-newline rule."""
+        if not remaining and not no_newline:
+            return True
+        p = self.vocab.text_piece(tok)
+        if not p:
+            return False
+        if remaining:
+            if remaining.startswith(p):
+                return True
+            if not p.startswith(remaining):
+                return False
+            p = p[len(remaining):]
+        return not (no_newline and p[:1] in (b"\n", b"\r"))
+
+    def _constrained_argmax(self, remaining: bytes, no_newline: bool) -> int | None:
+        """The best allowed token from the last logits."""
+        logits = self.model.logits(-1)
+        if remaining:
+            cands = self.vocab.tokens_consistent_with(remaining)
+            if no_newline:
+                cands = np.asarray([t for t in cands.tolist()
+                                    if self._allowed(int(t), remaining, True)], dtype=np.int64)
+            if len(cands) == 0:
+                return None
+            return int(cands[int(np.argmax(logits[cands]))])
+        masked = np.array(logits, copy=True)
+        masked[self.vocab.tokens_starting_with_newline()] = -np.inf
+        return int(np.argmax(masked))
 
     def _remember(self, uri: str, generated: list[int]) -> None:
         """Keep the last suggestion's tokens per document: the best draft source there is."""

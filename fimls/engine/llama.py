@@ -114,6 +114,7 @@ class Vocab:
         self._piece_cache: dict[int, bytes] = {}
         self._sorted: tuple[list[bytes], list[int]] | None = None
         self._eog_ids: list[int] | None = None
+        self._newline_ids: npt.NDArray[np.int64] | None = None
 
     def tokenize(self, text: str | bytes, *, add_special: bool = False,
                  parse_special: bool = False) -> list[int]:
@@ -199,6 +200,18 @@ class Vocab:
             if j < len(pieces) and pieces[j] == head:
                 out.append(ids[j])
         return np.asarray(out, dtype=np.int64)
+
+    def tokens_starting_with_newline(self) -> npt.NDArray[np.int64]:
+        """Ids of tokens whose piece starts with a line break."""
+        if self._newline_ids is None:
+            pieces, ids = self._sorted_pieces()
+            out: list[int] = []
+            for head in (b"\n", b"\r"):
+                lo = bisect.bisect_left(pieces, head)
+                hi = bisect.bisect_left(pieces, head + b"\xff\xff\xff\xff", lo)
+                out.extend(ids[lo:hi])
+            self._newline_ids = np.asarray(out, dtype=np.int64)
+        return self._newline_ids
 
     def release(self) -> None:
         """Drop caches (the vocab itself belongs to the model)."""
