@@ -220,7 +220,7 @@ def run_engine_bench(engine: Any, sets: list[tuple[str, list[Task]]], configs: l
     """Cold, interleaved requests of every configuration on every task."""
     from fimls.engine.api import CompletionRequest
 
-    def one(kind: str, task: Task, cfg: str) -> Run:
+    def one(kind: str, task: Task, cfg: str, index: int) -> Run:
         engine.reset()
         engine.prev_gen.clear()
         req = CompletionRequest(uri=f"bench://{kind}/{task.task_id}", version=1,
@@ -228,20 +228,21 @@ def run_engine_bench(engine: Any, sets: list[tuple[str, list[Task]]], configs: l
                                 max_tokens=max_tokens, max_lines=max_lines, speculative=cfg)
         res = engine.complete(req, lambda: False)
         d = json.loads(res.record.to_json())
-        return Run(kind, cfg, task.task_id, res.text, d)
+        # Task ids need not be unique in a user's file: runs pair up by position.
+        return Run(kind, cfg, f"{index}:{task.task_id}", res.text, d)
 
     runs: list[Run] = []
     for kind, tasks in sets:
         for i in range(warmup):
             for cfg in configs:
-                one(kind, tasks[i % len(tasks)], cfg)
+                one(kind, tasks[i % len(tasks)], cfg, i % len(tasks))
                 if progress:
                     progress(f"{kind} warm-up")
         for rep in range(repeats):
             for ti, task in enumerate(tasks):
                 shift = (ti + rep) % len(configs)
                 for cfg in configs[shift:] + configs[:shift]:
-                    runs.append(one(kind, task, cfg))
+                    runs.append(one(kind, task, cfg, ti))
                     if progress:
                         progress(f"{kind} {cfg}")
     return runs
@@ -360,6 +361,26 @@ def run_keystroke_bench(serve_args: list[str], tasks: list[Task], chars: int, ou
         for row in summary.values():
             row["follow_p50_vs_off"] = row["follow_p50_ms"] / base if base else float("nan")
     return {"summary": summary, "sessions": results}
+
+
+def lookup_speed(n_tokens: int = 8192, calls: int = 2000, seed: int = 0) -> float:
+    """Microseconds per prompt-lookup proposal over ``n_tokens`` of history (code-like
+    token statistics: a few hundred distinct ids, many repeats)."""
+    import numpy as np
+
+    from fimls.drafting import PromptLookupDraft
+
+    rng = np.random.default_rng(seed)
+    src = rng.zipf(1.3, size=n_tokens).astype(np.int32) % 5000
+    d = PromptLookupDraft(max_ngram_size=3, num_pred_tokens=8)
+    d.set_source("context", src)
+    d.set_source("tail", src[-200:])
+    hist = [int(x) for x in src[-64:]]
+    t0 = time.perf_counter()
+    for i in range(calls):
+        hist[-1] = int(src[(i * 7919) % n_tokens])
+        d.propose(hist, 8)
+    return (time.perf_counter() - t0) / calls * 1e6
 
 
 def plot(result: BenchResult, path: Path) -> bool:

@@ -122,6 +122,8 @@ def cmd_complete(args: argparse.Namespace) -> int:
     except ModelLoadError as exc:
         print(f"fimls: {exc}", file=sys.stderr)
         return 1
+    for warning in getattr(engine, "warnings", []):
+        print(f"fimls: {warning}", file=sys.stderr)
     c = opts.completion
     req = CompletionRequest(uri=doc.uri, version=0, prefix=prefix, suffix=suffix,
                             rel_path=path.name, max_tokens=c.max_tokens,
@@ -206,6 +208,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     print("verify cost (x one step) by draft length: " + ", ".join(
         f"{k}:{v:.2f}" for k, v in sorted(engine.policy.batch_cost.items())))
     print(bench.format_table(result.summary))
+    us = bench.lookup_speed()
+    result.setup["lookup_us_per_call_8k"] = us
+    print(f"prompt lookup: {us:.0f} us per proposal over 8k tokens of history")
     if result.keystroke:
         print("\ntyping the suggestion character by character, through fimls serve:")
         for cfg, row in result.keystroke["summary"].items():

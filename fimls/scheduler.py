@@ -201,6 +201,9 @@ class Scheduler:
             return
         self._engine = engine
         self._set_state("ready")
+        for warning in getattr(engine, "warnings", []):
+            for cb in self._on_state:
+                cb("warning", warning)
 
     def _run(self, job: _Job) -> None:
         engine = self._engine

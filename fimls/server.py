@@ -178,8 +178,9 @@ class FimlsServer(LanguageServer):
 
     def _on_engine_state(self, state: str, error: str | None) -> None:
         # Called on the engine thread.
-        if state == "failed" and error:
+        if state in ("failed", "warning") and error:
             self.show(error, types.MessageType.Error)
+            return
         if state in ("ready", "failed"):
             self._call_in_loop(self._end_progress)
         if state == "loading" and self._initialized:

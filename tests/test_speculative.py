@@ -16,7 +16,8 @@ import pytest
 
 from fimls.engine.api import CompletionRequest
 from fimls.engine.core import Engine, EngineConfig
-from fimls.engine.llama import ModelLoadError
+from fimls.engine.draft_model import ModelDraft
+from fimls.engine.llama import LlamaModel, ModelLoadError, Vocab
 from fimls.models import resolve_model
 from tests.ggufs import write_vocab_gguf
 from tests.lsp_helpers import humaneval
@@ -123,10 +124,26 @@ def test_typing_the_suggestion_reuses_it(engine: Engine) -> None:
 def test_incompatible_draft_model_is_refused(tmp_path: Path) -> None:
     other = write_vocab_gguf(tmp_path / "starcoder2-vocab.gguf", "starcoder2")
     with pytest.raises(ModelLoadError) as err:
-        Engine(EngineConfig(model_path=resolve_model(None), n_ctx=512, draft_model=other,
-                            measure_costs=False))
+        ModelDraft(other, _main_vocab(), "gemma-3-270m", n_ctx=512, n_batch=64, threads=1,
+                   n_gpu_layers=0)
     msg = str(err.value)
     assert "starcoder2-vocab.gguf" in msg and "gemma" in msg and "vocabularies differ" in msg
+    # The engine refuses the drafter but still completes without it.
+    eng = Engine(EngineConfig(model_path=resolve_model(None), n_ctx=512, draft_model=other,
+                              measure_costs=False))
+    try:
+        assert eng.draft_model is None
+        assert any("vocabularies differ" in w for w in eng.warnings)
+        res = eng.complete(CompletionRequest(uri="u", version=1, prefix="def add(a, b):\n",
+                                             suffix="", speculative="auto"), lambda: False)
+        assert res.outcome in ("returned", "empty")
+    finally:
+        eng.close()
+
+
+def _main_vocab() -> Vocab:
+    model = LlamaModel(resolve_model(None), vocab_only=True)
+    return model.vocab
 
 
 def pytest_terminal_summary_lines() -> list[str]:

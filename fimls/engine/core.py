@@ -32,12 +32,15 @@ import numpy as np
 
 from fimls.drafting import Draft, DraftPolicy, PromptLookupDraft
 from fimls.engine.api import CompletionRequest, CompletionResult
-from fimls.engine.llama import LlamaModel
+from fimls.engine.llama import LlamaModel, ModelLoadError
 from fimls.latency import LatencyRecord
 from fimls.postprocess import CursorContext, StopPolicy, finalize
 from fimls.prompt import FimTemplate, Prompt, PromptInput, build_prompt, detect_template
 
 log = logging.getLogger(__name__)
+
+
+MAX_PATH_REMAINDER = 32  # bytes of typed text that may be forced after the cached path
 
 
 class Cancelled(Exception):
@@ -91,15 +94,24 @@ class Engine:
         self.draft_model: Any = None
         if cfg.measure_costs:
             self.policy.batch_cost = self._cached_costs()
+        self.warnings: list[str] = []
+        self.draft_step_cost = 0.0
         if cfg.draft_model is not None:
             from fimls.engine.draft_model import ModelDraft
 
-            self.draft_model = ModelDraft(cfg.draft_model, self.vocab, self.model_name,
-                                          n_ctx=cfg.n_ctx, n_batch=cfg.n_batch,
-                                          threads=cfg.threads, n_gpu_layers=cfg.n_gpu_layers)
-            self.draft_step_cost = self._measure_draft_step() if cfg.measure_costs else 1.0
-        else:
-            self.draft_step_cost = 0.0
+            try:
+                self.draft_model = ModelDraft(cfg.draft_model, self.vocab, self.model_name,
+                                              n_ctx=cfg.n_ctx, n_batch=cfg.n_batch,
+                                              threads=cfg.threads,
+                                              n_gpu_layers=cfg.n_gpu_layers)
+            except ModelLoadError as exc:
+                # A bad drafter must not cost the user their completions: refuse it, say
+                # so, and carry on without it.
+                log.error("%s", exc)
+                self.warnings.append(f"{exc}; continuing without a draft model")
+            else:
+                self.draft_step_cost = (self._measure_draft_step() if cfg.measure_costs
+                                        else 1.0)
         log.info("model %s loaded: n_vocab=%d n_ctx=%d template=%s/%s", self.model_name,
                  self.vocab.n_tokens, self.model.n_ctx, self.template.kind,
                  self.template.family)
@@ -246,7 +258,9 @@ class Engine:
                 break
             off += len(p)
             j += 1
-        if j == 0 or off < canonical_cover:
+        # Prefer the path even when canonical tokenization covers a little more: the text
+        # left over is forced while decoding, and along the path its tokens are known.
+        if j == 0 or (off < canonical_cover and len(full) - off > MAX_PATH_REMAINDER):
             return prompt.tokens, prompt.constraint
         return path[:j], full[off:]
 
