@@ -40,6 +40,7 @@ from fimls.prompt import FimTemplate, Prompt, PromptInput, build_prompt, detect_
 log = logging.getLogger(__name__)
 
 
+MIN_MEMO_SUGGESTION = 8  # replayed tokens that make a follow-up suggestion worth showing
 MAX_PATH_REMAINDER = 32  # bytes of typed text that may be forced after the cached path
 
 
@@ -429,6 +430,12 @@ class Engine:
                 # generation that produced this token path: no compute at all.
                 if n - 1 < self._fresh_from:
                     rec.memo_tokens += 1
+            elif (rec.memo_tokens >= MIN_MEMO_SUGGESTION and self._evaluated == 0
+                  and not remaining and out.strip()):
+                # The user is typing the previous suggestion: its rest is shown as it was
+                # rather than grown by one model step per keystroke.
+                rec.stop = "memo_end"
+                break
             else:
                 t0 = time.monotonic()
                 proposal = None
