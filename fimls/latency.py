@@ -85,6 +85,22 @@ class LatencyLog:
         """Append one record; an unwritable file is reported once, never raised."""
         line = rec.to_json()
         log.debug("latency %s", line)
+        self._write_line(line)
+
+    def write_event(self, event: str, request_id: str, *, uri: str | None = None,
+                    accepted_length: int | None = None) -> None:
+        """Append what the editor did with a suggestion: shown, accepted, partial, dismissed.
+
+        Joined with the request's record by ``request_id`` in :func:`summarize`.
+        """
+        rec: dict[str, Any] = {"ts": time.time(), "event": event, "request_id": request_id}
+        if uri is not None:
+            rec["uri"] = uri
+        if accepted_length is not None:
+            rec["accepted_length"] = accepted_length
+        self._write_line(json.dumps(rec, separators=(",", ":")))
+
+    def _write_line(self, line: str) -> None:
         with self._lock:
             if self._path is None:
                 return
@@ -141,7 +157,9 @@ def _num(value: Any) -> float | None:
 
 def summarize(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
     """p50/p95 of every timing and count field, counts by outcome, reuse and acceptance."""
-    recs = list(records)
+    everything = list(records)
+    events = [r for r in everything if "event" in r]
+    recs = [r for r in everything if "event" not in r]
     out: dict[str, Any] = {"requests": len(recs),
                            "outcomes": dict(Counter(str(r.get("outcome")) for r in recs))}
     fields: dict[str, dict[str, float]] = {}
@@ -161,7 +179,36 @@ def summarize(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
     drafted, accepted = total("drafted_tokens"), total("accepted_tokens")
     out["reuse_ratio"] = reused / prompt if prompt else 0.0
     out["acceptance_rate"] = accepted / drafted if drafted else 0.0
+    out["suggestions"] = _outcomes(recs, events)
     return out
+
+
+def _outcomes(recs: list[dict[str, Any]], events: list[dict[str, Any]]) -> dict[str, Any]:
+    """Shown / accepted / partially accepted / dismissed suggestions, joined by request id."""
+    shown: set[str] = set()
+    accepted: set[str] = set()
+    partial: dict[str, int] = {}
+    dismissed: set[str] = set()
+    for e in events:
+        rid = str(e.get("request_id"))
+        kind = e.get("event")
+        if kind == "shown":
+            shown.add(rid)
+        elif kind == "accepted":
+            accepted.add(rid)
+        elif kind == "partial":
+            partial[rid] = max(partial.get(rid, 0), int(_num(e.get("accepted_length")) or 0))
+        elif kind == "dismissed":
+            dismissed.add(rid)
+    partial_only = set(partial) - accepted
+    by_id = {str(r.get("request_id")): r for r in recs}
+    shown_ms = [v for rid in shown if (v := _num(by_id.get(rid, {}).get("total_ms"))) is not None]
+    n_shown = len(shown | accepted | set(partial))
+    return {"shown": n_shown, "accepted": len(accepted), "partially_accepted": len(partial_only),
+            "dismissed": len(dismissed - accepted - set(partial)),
+            "accept_rate": len(accepted) / n_shown if n_shown else 0.0,
+            "any_accept_rate": len(accepted | set(partial)) / n_shown if n_shown else 0.0,
+            "shown_total_ms": {"p50": percentile(shown_ms, 50), "p95": percentile(shown_ms, 95)}}
 
 
 def format_summary(s: dict[str, Any]) -> str:
@@ -174,4 +221,11 @@ def format_summary(s: dict[str, Any]) -> str:
         lines.append(f"{k:<18}{v['p50']:>10.1f}{v['p95']:>10.1f}{int(v['n']):>8}")
     lines.append(f"reused/prompt tokens: {s['reuse_ratio']:.1%}")
     lines.append(f"draft acceptance: {s['acceptance_rate']:.1%}")
+    sug = s.get("suggestions")
+    if sug and sug["shown"]:
+        lines.append(f"suggestions: shown {sug['shown']}, accepted {sug['accepted']}, "
+                     f"partially accepted {sug['partially_accepted']}, dismissed "
+                     f"{sug['dismissed']}; accept rate {sug['accept_rate']:.1%} "
+                     f"(any part: {sug['any_accept_rate']:.1%}); latency of shown p50 "
+                     f"{sug['shown_total_ms']['p50']:.0f} ms")
     return "\n".join(lines)

@@ -32,6 +32,7 @@ from fimls.scheduler import EngineLike, Scheduler
 log = logging.getLogger(__name__)
 
 _WORD_TAIL = re.compile(r"[A-Za-z0-9_]*$")
+ACCEPT_COMMAND = "fimls.acceptCompletion"
 
 
 class FimlsProtocol(LanguageServerProtocol):
@@ -244,7 +245,7 @@ class FimlsServer(LanguageServer):
         return out
 
     async def complete_at(self, uri: str, position: types.Position,
-                          ) -> tuple[str, TextDocument, Pos] | None:
+                          ) -> tuple[str, TextDocument, Pos, str] | None:
         """Run one completion; None when there is nothing to show (or it went stale)."""
         doc = self.docs.get(uri)
         if doc is None:
@@ -266,7 +267,19 @@ class FimlsServer(LanguageServer):
             raise
         if not result.text or not still_current():
             return None
-        return result.text, doc, pos
+        return result.text, doc, pos, req.request_id
+
+    def outcome(self, event: str, params: Any) -> None:
+        """Log what the editor did with a suggestion (shown, accepted, partial, dismissed)."""
+        rid = getattr(params, "requestId", None) or getattr(params, "request_id", None)
+        if rid is None and isinstance(params, list | tuple) and params:
+            rid = params[0]
+        if rid is None:
+            log.debug("%s without a requestId ignored", event)
+            return
+        length = getattr(params, "acceptedLength", None)
+        self.latency_log.write_event(event, str(rid), uri=getattr(params, "uri", None),
+                                     accepted_length=int(length) if length is not None else None)
 
 
 def build_server(options: Options, engine_factory: EngineFactory) -> FimlsServer:
@@ -303,10 +316,34 @@ def build_server(options: Options, engine_factory: EngineFactory) -> FimlsServer
         got = await ls.complete_at(params.text_document.uri, params.position)
         if got is None:
             return types.InlineCompletionList(items=[])
-        text, _doc, pos = got
+        text, _doc, pos, rid = got
         at = types.Position(line=pos.line, character=pos.character)
+        # Clients run the item's command when it is accepted (VS Code does): that is how
+        # the latency log learns which suggestions were taken.
+        accept = types.Command(title="fimls: suggestion accepted", command=ACCEPT_COMMAND,
+                               arguments=[rid])
         return types.InlineCompletionList(items=[types.InlineCompletionItem(
-            insert_text=text, range=types.Range(start=at, end=at))])
+            insert_text=text, range=types.Range(start=at, end=at), command=accept)])
+
+    @server.command(ACCEPT_COMMAND)
+    def accept_command(ls: FimlsServer, *args: Any) -> None:
+        ls.outcome("accepted", list(args))
+
+    @server.feature("fimls/didShowCompletion")
+    def did_show(ls: FimlsServer, params: Any) -> None:
+        ls.outcome("shown", params)
+
+    @server.feature("fimls/didPartiallyAccept")
+    def did_partially_accept(ls: FimlsServer, params: Any) -> None:
+        ls.outcome("partial", params)
+
+    @server.feature("fimls/didAccept")
+    def did_accept(ls: FimlsServer, params: Any) -> None:
+        ls.outcome("accepted", params)
+
+    @server.feature("fimls/didDismiss")
+    def did_dismiss(ls: FimlsServer, params: Any) -> None:
+        ls.outcome("dismissed", params)
 
     @server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions())
     async def completion(ls: FimlsServer, params: types.CompletionParams,
@@ -314,7 +351,7 @@ def build_server(options: Options, engine_factory: EngineFactory) -> FimlsServer
         got = await ls.complete_at(params.text_document.uri, params.position)
         if got is None:
             return types.CompletionList(is_incomplete=True, items=[])
-        text, doc, pos = got
+        text, doc, pos, _rid = got
         # Clients filter items by the word before the cursor: the item replaces that word.
         line_start = doc.offset_at(Pos(pos.line, 0), ls.encoding)
         cursor = doc.offset_at(pos, ls.encoding)

@@ -210,3 +210,24 @@ def test_summarize_nothing() -> None:
     assert math.isnan(s["fields"]["total_ms"]["p50"])
     assert s["reuse_ratio"] == 0.0 and s["acceptance_rate"] == 0.0
     assert "requests: 0" in format_summary(s)
+
+
+def test_outcome_events_are_joined_with_requests(tmp_path: Path) -> None:
+    from fimls.latency import LatencyLog, LatencyRecord, read_records, summarize
+
+    log = LatencyLog(tmp_path / "l.jsonl")
+    for i in range(4):
+        log.write(LatencyRecord(request_id=f"r{i}", outcome="returned", total_ms=100.0 * (i + 1)))
+    for i in range(4):
+        log.write_event("shown", f"r{i}")
+    log.write_event("accepted", "r0")
+    log.write_event("partial", "r1", accepted_length=3)
+    log.write_event("partial", "r1", accepted_length=7)
+    log.write_event("dismissed", "r2")
+    log.close()
+    s = summarize(read_records(tmp_path / "l.jsonl"))["suggestions"]
+    assert s["shown"] == 4 and s["accepted"] == 1 and s["partially_accepted"] == 1
+    assert s["dismissed"] == 1
+    assert s["accept_rate"] == 0.25 and s["any_accept_rate"] == 0.5
+    # Event lines are not counted as requests.
+    assert summarize(read_records(tmp_path / "l.jsonl"))["requests"] == 4

@@ -90,16 +90,19 @@ def test_speculation_is_lossless(engine: Engine, mode: str) -> None:
     assert identical >= 0.6 * len(tasks)
 
 
-def test_auto_mode_matches_off_without_paying_for_weak_drafts(engine: Engine) -> None:
+def test_auto_mode_is_selective_where_verification_is_expensive(engine: Engine) -> None:
     tasks = _tasks()[:8]
+    drafted = generated = 0
     for task in tasks:
         base_text, _, _ = _generate(engine, task, "off")
         text, _, rec = _generate(engine, task, "auto")
-        # On this CPU prompt-lookup drafts do not pay: auto verifies few or none, and the
-        # output is the plain greedy one.
-        assert rec["drafted_tokens"] <= 16
+        drafted += rec["drafted_tokens"]
+        generated += rec["generated_tokens"]
         if rec["drafted_tokens"] == 0:
             assert text == base_text
+    if engine.policy.cost(4) >= 2.0:
+        # A CPU-like machine: prompt-lookup drafts rarely pay, so auto verifies few.
+        assert drafted <= 0.25 * generated, (drafted, generated, engine.policy.batch_cost)
 
 
 def test_typing_the_suggestion_reuses_it(engine: Engine) -> None:

