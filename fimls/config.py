@@ -18,6 +18,8 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+# Settings of the editor extensions that live in the same "fimls" section but are theirs.
+CLIENT_KEYS = frozenset({"serverCommand", "trace"})
 SPECULATIVE_MODES = ("auto", "off", "lookup", "model")
 
 
@@ -172,6 +174,8 @@ def apply_dict(opts: Options, data: Any) -> tuple[Options, list[str]]:
     warnings: list[str] = []
     for key, value in _flatten(data, {s.name for s in dataclasses.fields(new)}).items():
         where = table.get(key) or table.get(camel(key))
+        if where is None and key in CLIENT_KEYS:
+            continue
         if where is None:
             warnings.append(f"unknown option {key!r} ignored")
             continue

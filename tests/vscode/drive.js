@@ -24,13 +24,13 @@ const TYPE = process.env.TYPE_TEXT || '    return';
     await page.goto(URL);
     await page.waitForSelector('.monaco-workbench', { timeout: 90000 });
     await page.waitForTimeout(2000);
-    await page.keyboard.press('Control+P');
-    await page.waitForSelector('.quick-input-widget input', { timeout: 20000 });
-    await page.keyboard.type('sample.py');
-    await page.waitForTimeout(800);
-    await page.keyboard.press('Enter');
+    // Open the file from the Explorer (Quick Open needs a file search that may be offline).
+    const row = page.locator('.monaco-list-row', { hasText: 'sample.py' }).first();
+    await row.waitFor({ timeout: 30000 });
+    await row.dblclick();
     await page.waitForSelector('.monaco-editor .view-lines', { timeout: 20000 });
-    await page.click('.monaco-editor .view-lines');
+    await page.waitForTimeout(500);
+    await page.click('.editor-instance .monaco-editor .view-lines');
     await page.keyboard.press('Control+End');
     const ghostText = () => page.evaluate(() => {
       const els = [...document.querySelectorAll('.ghost-text-decoration, .ghost-text-decoration-preview, .ghost-text')];
@@ -41,7 +41,12 @@ const TYPE = process.env.TYPE_TEXT || '    return';
     for (let i = 0; i < 240 && !result.ghost; i++) {
       await page.waitForTimeout(250);
       result.ghost = await ghostText();
-      if (!result.ghost && i % 8 === 7) await page.keyboard.press('Alt+Backslash');
+      if (!result.ghost && i % 8 === 7) {
+        // Edit again (a space, then delete it): each edit asks for a new suggestion.
+        await page.keyboard.press('Escape');
+        await page.keyboard.type(' ');
+        await page.keyboard.press('Backspace');
+      }
     }
     await page.screenshot({ path: path.join(OUT, 'vscode-ghost.png') });
     if (result.ghost) {

@@ -11,7 +11,10 @@ local defaults = {
   filetypes = nil, -- nil: every buffer with a file type
   root_markers = { '.git' },
   init_options = {}, -- fimls options, camelCase (maxTokens, model, speculative, ...)
-  builtin_ui = false, -- use vim.lsp.inline_completion where it exists (0.12+)
+  -- nil: the built-in vim.lsp.inline_completion where it exists (0.12+), else our extmarks.
+  -- The built-in UI runs the item's command on accept (logged) but reports no shown or
+  -- dismissed events; set false to keep this plugin's UI on 0.12 too.
+  builtin_ui = nil,
   keymaps = {
     accept = '<Tab>',
     accept_word = '<M-Right>',
@@ -245,7 +248,7 @@ function M.setup(opts)
   if M.config.filetypes then lsp_cfg.filetypes = M.config.filetypes end
   vim.lsp.config('fimls', lsp_cfg)
   vim.lsp.enable('fimls')
-  local builtin = M.config.builtin_ui and vim.lsp.inline_completion ~= nil
+  local builtin = M.config.builtin_ui ~= false and vim.lsp.inline_completion ~= nil
   vim.api.nvim_create_autocmd('LspAttach', {
     group = vim.api.nvim_create_augroup('fimls_attach', { clear = true }),
     callback = function(args)
