@@ -149,7 +149,17 @@ def cmd_stats(args: argparse.Namespace) -> int:
     if not path.exists():
         print(f"fimls: no latency log at {path}", file=sys.stderr)
         return 1
-    s = summarize(read_records(path))
+    records = list(read_records(path))
+    s = summarize(records)
+    if args.plot:
+        from fimls.latency import plot_log
+
+        try:
+            plot_log(records, Path(args.plot))
+        except ImportError:
+            print("fimls: --plot needs matplotlib: pip install 'fimls[bench]'", file=sys.stderr)
+            return 2
+        print(f"plot: {args.plot}", file=sys.stderr)
     if args.json:
         print(json.dumps(s, indent=2))
     else:
@@ -278,6 +288,8 @@ def build_parser() -> argparse.ArgumentParser:
     st = sub.add_parser("stats", help="summarise a latency log")
     st.add_argument("log", nargs="?", help="latency log (default: the user state dir's)")
     st.add_argument("--json", action="store_true", help="machine-readable output")
+    st.add_argument("--plot", metavar="PNG", help="write latency distributions and acceptance "
+                    "over time to this PNG (needs matplotlib)")
     st.set_defaults(func=cmd_stats)
     return p
 

@@ -229,3 +229,47 @@ def format_summary(s: dict[str, Any]) -> str:
                      f"(any part: {sug['any_accept_rate']:.1%}); latency of shown p50 "
                      f"{sug['shown_total_ms']['p50']:.0f} ms")
     return "\n".join(lines)
+
+
+def plot_log(records: list[dict[str, Any]], path: Path) -> None:
+    """PNG: latency distributions by outcome, and suggestion acceptance over time.
+
+    Needs matplotlib (``pip install 'fimls[bench]'``); raises ImportError without it.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    recs = [r for r in records if "event" not in r]
+    events = [r for r in records if "event" in r]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    groups: dict[str, list[float]] = {}
+    for r in recs:
+        v = _num(r.get("total_ms"))
+        if v is not None:
+            groups.setdefault(str(r.get("outcome")), []).append(v)
+    names = sorted(groups)
+    if names:
+        ax1.boxplot([groups[n] for n in names], tick_labels=names)
+        ax1.set_yscale("log")
+    ax1.set_title(f"latency by outcome ({len(recs)} requests)")
+    ax1.set_ylabel("total ms (log)")
+    shown = sorted((float(e["ts"]), str(e["request_id"])) for e in events
+                   if e.get("event") == "shown" and _num(e.get("ts")) is not None)
+    took = {str(e["request_id"]) for e in events if e.get("event") in ("accepted", "partial")}
+    if shown:
+        t0 = shown[0][0]
+        xs, ys, n_acc = [], [], 0
+        for i, (ts, rid) in enumerate(shown, start=1):
+            n_acc += rid in took
+            xs.append((ts - t0) / 60.0)
+            ys.append(100.0 * n_acc / i)
+        ax2.plot(xs, ys, marker=".")
+        ax2.set_ylim(0, 100)
+    ax2.set_title(f"accepted (fully or partly) of {len(shown)} shown, cumulative")
+    ax2.set_xlabel("minutes")
+    ax2.set_ylabel("%")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

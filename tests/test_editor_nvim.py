@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -100,6 +101,15 @@ def test_ghost_text_appears_and_tab_accepts(nvim) -> None:  # type: ignore[no-un
     recs = _events(log)
     assert any(e.get("event") == "shown" and e["request_id"] == rid for e in recs)
     assert any(e.get("request_id") == rid and e.get("outcome") == "returned" for e in recs)
+    # fimls stats counts what was done in the editor, and its plot is written.
+    png = log.with_suffix(".png")
+    proc = subprocess.run([sys.executable, "-m", "fimls", "stats", str(log), "--json",
+                           "--plot", str(png)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    sug = json.loads(proc.stdout)["suggestions"]
+    shown = {e["request_id"] for e in _events(log) if e.get("event") == "shown"}
+    assert sug["accepted"] == 1 and sug["shown"] == len(shown) >= 1
+    assert png.exists() and png.read_bytes()[:4] == b"\x89PNG"
 
 
 def test_accept_word_and_dismiss_are_logged(nvim) -> None:  # type: ignore[no-untyped-def]

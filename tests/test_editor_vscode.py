@@ -43,16 +43,21 @@ def _node_env(tools: Path) -> dict[str, str]:
     return env
 
 
+def _package(tools: Path, out: Path) -> Path:
+    env = _node_env(tools)
+    pkg = subprocess.run(["npx", "vsce", "package", "--allow-missing-repository",
+                          "--skip-license", "-o", str(out)], cwd=EXT, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert pkg.returncode == 0, pkg.stdout + pkg.stderr
+    return out
+
+
 def test_extension_lints_and_packages(tools: Path, tmp_path: Path) -> None:
     env = _node_env(tools)
     lint = subprocess.run(["npm", "run", "--silent", "lint"], cwd=EXT, env=env,
                           capture_output=True, text=True, timeout=300)
     assert lint.returncode == 0, lint.stdout + lint.stderr
-    out = tmp_path / "fimls.vsix"
-    pkg = subprocess.run(["npx", "vsce", "package", "--allow-missing-repository",
-                          "--skip-license", "-o", str(out)], cwd=EXT, env=env,
-                         capture_output=True, text=True, timeout=600)
-    assert pkg.returncode == 0, pkg.stdout + pkg.stderr
+    out = _package(tools, tmp_path / "fimls.vsix")
     assert out.exists() and out.stat().st_size > 10_000
 
 
@@ -68,7 +73,6 @@ def test_ghost_text_in_vscode(tools: Path, tmp_path: Path) -> None:
     work.mkdir()
     (work / "sample.py").write_text('def add(a, b):\n    """Return the sum of a and b."""\n')
     exts = tmp_path / "extensions"
-    shutil.copytree(EXT, exts / "fimls.fimls-0.1.0", ignore=shutil.ignore_patterns("*.vsix"))
     user = tmp_path / "user-data"
     (user / "User").mkdir(parents=True)
     log = tmp_path / "latency.jsonl"
@@ -94,8 +98,16 @@ def test_ghost_text_in_vscode(tools: Path, tmp_path: Path) -> None:
 
     # The editor gets its own XDG folders; the model cache stays the machine's.
     cs_env = {**env, **xdg, "EXTENSIONS_GALLERY": "{}", "FIMLS_CACHE_DIR": str(cache_dir())}
+    code_server = str(tools / "cs" / "node_modules" / ".bin" / "code-server")
+    # Installed the way a user would: the packaged .vsix.
+    vsix = _package(tools, tmp_path / "fimls.vsix")
+    inst = subprocess.run([code_server, "--extensions-dir", str(exts), "--user-data-dir",
+                           str(user), "--install-extension", str(vsix)], env=cs_env,
+                          capture_output=True, text=True, timeout=300)
+    assert inst.returncode == 0, inst.stdout + inst.stderr
+    assert any(p.name.startswith("fimls.fimls") for p in exts.iterdir())
     cs = subprocess.Popen(
-        [str(tools / "cs" / "node_modules" / ".bin" / "code-server"),
+        [code_server,
          "--bind-addr", f"127.0.0.1:{port}", "--auth", "none", "--disable-telemetry",
          "--disable-update-check", "--disable-workspace-trust",
          "--disable-getting-started-override", "--user-data-dir", str(user),
