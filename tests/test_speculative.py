@@ -152,3 +152,31 @@ def _main_vocab() -> Vocab:
 def pytest_terminal_summary_lines() -> list[str]:
     """Lines for conftest's terminal summary."""
     return REPORT
+
+
+def test_tail_drafts_after_an_edit_elsewhere(engine: Engine) -> None:
+    """When the prompt no longer follows the cached path (an edit above the cursor, or any
+    FIM model, whose prompt changes after the cursor), typing the suggestion is served by
+    drafting its tail and verifying it in batches: nearly every drafted token is kept."""
+    drafted = accepted = 0
+    for task in humaneval("Multi", n=4, stride=150):
+        engine.reset()
+        engine.prev_gen.clear()
+        first = engine.complete(CompletionRequest(uri="file:///e.py", version=1,
+                                                  prefix=task["prefix"], suffix=task["suffix"],
+                                                  max_tokens=48), lambda: False)
+        shown = first.text
+        if len(shown) < 12:
+            continue
+        # An edit at the top of the file and three typed characters of the suggestion.
+        prefix = "# edited\n" + task["prefix"] + shown[:3]
+        res = engine.complete(CompletionRequest(uri="file:///e.py", version=2, prefix=prefix,
+                                                suffix=task["suffix"], max_tokens=48),
+                              lambda: False)
+        assert res.record.memo_tokens == 0  # the cached path no longer applies
+        if res.record.drafted_tokens:
+            assert res.record.draft == "tail"
+        drafted += res.record.drafted_tokens
+        accepted += res.record.accepted_tokens
+    REPORT.append(f"previous-suggestion tail after an edit: accepted {accepted}/{drafted}")
+    assert drafted > 0 and accepted >= 0.8 * drafted
