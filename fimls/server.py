@@ -9,6 +9,7 @@ document on every change.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 import sys
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from lsprotocol import types
+from pygls.exceptions import JsonRpcException
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
@@ -35,10 +37,32 @@ _WORD_TAIL = re.compile(r"[A-Za-z0-9_]*$")
 ACCEPT_COMMAND = "fimls.acceptCompletion"
 
 
+class _Answered:
+    """Stands in for a message that was already answered with an error: pygls skips it."""
+
+    jsonrpc = "answered"
+
+
 class FimlsProtocol(LanguageServerProtocol):
     """pygls protocol whose text-document sync feeds our mirror instead of pygls's."""
 
     _server: FimlsServer
+
+    def structure_message(self, data: dict[str, Any]) -> Any:
+        """Deserialize a message; a request with invalid params gets an error reply.
+
+        pygls raises out of its JSON decoding here, which leaves the request unanswered
+        (the client waits forever) and pops an "Error in server" message at the user.
+        """
+        try:
+            return super().structure_message(data)
+        except JsonRpcException as exc:
+            if "id" in data and "method" in data:
+                log.warning("invalid params for %s (id %r)", data.get("method"), data["id"])
+                self._send_response(data["id"], error=exc.to_response_error())
+            else:
+                log.warning("invalid notification %s ignored", data.get("method"))
+            return _Answered()
 
     @lsp_method(types.TEXT_DOCUMENT_DID_OPEN)
     def lsp_text_document__did_open(self, params: types.DidOpenTextDocumentParams) -> None:
@@ -79,6 +103,18 @@ class FimlsServer(LanguageServer):
         self._progress_seq = 0
         self._initialized = False
         self.scheduler.on_state_change(self._on_engine_state)
+
+    def report_server_error(self, error: Exception, source: Any) -> None:
+        """Log server-side errors; never pop them up in the editor on every bad message.
+
+        Unparsable JSON gets the JSON-RPC parse error reply (id null) the spec asks for.
+        """
+        if isinstance(error, json.JSONDecodeError):
+            log.warning("malformed JSON from the client: %s", error)
+            self.protocol._send_data({"jsonrpc": "2.0", "id": None, "error": {
+                "code": -32700, "message": f"Parse error: {error}"}})
+            return
+        log.error("server error (%s): %s", getattr(source, "__name__", source), error)
 
     # -- options and model -----------------------------------------------------------------
 
