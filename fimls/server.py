@@ -48,6 +48,17 @@ class FimlsProtocol(LanguageServerProtocol):
 
     _server: FimlsServer
 
+    def handle_message(self, message: Any) -> None:
+        """Requests before ``initialize`` get the spec's ServerNotInitialized (-32002)."""
+        method = getattr(message, "method", None)
+        msg_id = getattr(message, "id", None)
+        if (self._workspace is None and method not in (None, types.INITIALIZE, types.EXIT)
+                and msg_id is not None and hasattr(message, "params")):
+            self._send_data({"jsonrpc": "2.0", "id": msg_id, "error": {
+                "code": -32002, "message": "server not initialized"}})
+            return
+        super().handle_message(message)
+
     def structure_message(self, data: dict[str, Any]) -> Any:
         """Deserialize a message; a request with invalid params gets an error reply.
 

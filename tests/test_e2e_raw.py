@@ -63,6 +63,24 @@ def raw() -> Raw:
     peer.proc.wait(10)
 
 
+def test_request_before_initialize_is_refused() -> None:
+    peer = Raw()
+    try:
+        peer.send({"jsonrpc": "2.0", "id": 7, "method": "textDocument/inlineCompletion",
+                   "params": {"textDocument": {"uri": "file:///a.py"},
+                              "position": {"line": 0, "character": 0},
+                              "context": {"triggerKind": 1}}})
+        reply = peer.recv_reply(7)
+        assert reply is not None and reply["error"]["code"] == -32002
+        peer.send({"jsonrpc": "2.0", "id": 8, "method": "initialize",
+                   "params": {"capabilities": {}}})
+        reply = peer.recv_reply(8)
+        assert reply is not None and "capabilities" in reply["result"]
+    finally:
+        peer.proc.kill()
+        peer.proc.wait(10)
+
+
 def test_invalid_params_get_an_error_reply(raw: Raw) -> None:
     raw.send({"jsonrpc": "2.0", "id": 2, "method": "textDocument/inlineCompletion",
               "params": {"textDocument": {"uri": "file:///a.py"}}})

@@ -225,7 +225,7 @@ class Engine:
 
     def prompt_budget(self, max_tokens: int) -> int:
         """Tokens the prompt may use so that prompt plus output fit the context."""
-        return max(32, self.model.n_ctx - max_tokens - 8)
+        return max(8, self.model.n_ctx - max_tokens - 8)
 
     def build(self, req: CompletionRequest) -> Prompt:
         """The canonical prompt for a request."""
@@ -424,6 +424,10 @@ class Engine:
             if cancelled():
                 raise Cancelled
             n = len(seq)
+            if n >= self.model.n_ctx - 1:
+                # A tiny context (or a huge max_tokens): stop before llama.cpp runs out.
+                rec.stop = "context_full"
+                break
             live = False
             if common >= n and self.nxt[n - 1] is not None:
                 # Known from this request's verification, or (speculative modes) from the
