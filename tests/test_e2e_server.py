@@ -259,3 +259,30 @@ async def test_position_encodings_with_non_bmp_text(tmp_path: Path, encoding: st
         assert res is not None and len(res.items) == 1
         item = res.items[0]
         assert item.range is not None and item.range.start.character == units
+
+
+async def test_large_documents_are_served(tmp_path: Path) -> None:
+    log = tmp_path / "lat.jsonl"
+    big = "".join(f"def function_{i}(x):\n    return x * {i}\n\n" for i in range(300_000))
+    assert len(big) > 10_000_000
+    one_line = "x = [" + ", ".join(str(i) for i in range(200_000)) + ", "
+    assert len(one_line) > 1_000_000
+    async with session(args=["--latency-log", str(log)]) as (client, _):
+        uri = (tmp_path / "big.py").as_uri()
+        open_doc(client, uri, big)
+        line, col = end_position(big)
+        res = await asyncio.wait_for(inline(client, uri, line, col), 120)
+        assert res is not None
+        # A keystroke in a 10 MB document: incremental edit, then ask again.
+        insert(client, uri, 2, line, col, "d")
+        res = await asyncio.wait_for(inline(client, uri, line, col + 1), 120)
+        assert res is not None
+        uri2 = (tmp_path / "line.py").as_uri()
+        open_doc(client, uri2, one_line)
+        res = await asyncio.wait_for(inline(client, uri2, 0, len(one_line)), 120)
+        assert res is not None
+    recs = read_log(log)
+    assert len(recs) == 3 and all(r["outcome"] in ("returned", "empty") for r in recs)
+    # The prompt is a window near the cursor, not the document.
+    assert all(r["prompt_tokens"] < 4096 for r in recs)
+    assert recs[1]["reused_tokens"] >= 0.9 * recs[1]["prompt_tokens"]
