@@ -210,7 +210,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     engine.close()
     result.summary = bench.summarize_runs(result.runs)
     if ks_tasks:
-        serve_args = [a for a in _passthrough_flags(args)]
+        serve_args = _passthrough_flags(args)
         result.keystroke = bench.run_keystroke_bench(serve_args, ks_tasks, args.keystroke_chars,
                                                      out, progress=bar.step)
     print(f"model: {result.setup['model']}  threads: {m.threads or 'auto'}  "

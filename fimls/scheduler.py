@@ -86,6 +86,9 @@ class Scheduler:
     def _set_state(self, state: str, error: str | None = None) -> None:
         self._state = state
         self.load_error = error
+        self._notify(state, error)
+
+    def _notify(self, state: str, error: str | None) -> None:
         for cb in self._on_state:
             try:
                 cb(state, error)
@@ -202,8 +205,7 @@ class Scheduler:
         self._engine = engine
         self._set_state("ready")
         for warning in getattr(engine, "warnings", []):
-            for cb in self._on_state:
-                cb("warning", warning)
+            self._notify("warning", warning)
 
     def _run(self, job: _Job) -> None:
         engine = self._engine

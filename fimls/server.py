@@ -35,6 +35,9 @@ log = logging.getLogger(__name__)
 
 _WORD_TAIL = re.compile(r"[A-Za-z0-9_]*$")
 ACCEPT_COMMAND = "fimls.acceptCompletion"
+# What editors report about a suggestion, and the event it becomes in the latency log.
+OUTCOME_NOTIFICATIONS = {"fimls/didShowCompletion": "shown", "fimls/didAccept": "accepted",
+                         "fimls/didPartiallyAccept": "partial", "fimls/didDismiss": "dismissed"}
 
 
 class _Answered:
@@ -376,21 +379,10 @@ def build_server(options: Options, engine_factory: EngineFactory) -> FimlsServer
     def accept_command(ls: FimlsServer, *args: Any) -> None:
         ls.outcome("accepted", list(args))
 
-    @server.feature("fimls/didShowCompletion")
-    def did_show(ls: FimlsServer, params: Any) -> None:
-        ls.outcome("shown", params)
-
-    @server.feature("fimls/didPartiallyAccept")
-    def did_partially_accept(ls: FimlsServer, params: Any) -> None:
-        ls.outcome("partial", params)
-
-    @server.feature("fimls/didAccept")
-    def did_accept(ls: FimlsServer, params: Any) -> None:
-        ls.outcome("accepted", params)
-
-    @server.feature("fimls/didDismiss")
-    def did_dismiss(ls: FimlsServer, params: Any) -> None:
-        ls.outcome("dismissed", params)
+    for method, event in OUTCOME_NOTIFICATIONS.items():
+        def on_outcome(ls: FimlsServer, params: Any, event: str = event) -> None:
+            ls.outcome(event, params)
+        server.feature(method)(on_outcome)
 
     @server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions())
     async def completion(ls: FimlsServer, params: types.CompletionParams,

@@ -92,6 +92,8 @@ class Engine:
                                         num_pred_tokens=cfg.draft_max)
         self.policy = DraftPolicy(max_draft=min(cfg.draft_max, self.model.n_batch // 2 - 1))
         self.prev_gen: dict[str, list[int]] = {}
+        self._unbuilt_sources: CompletionRequest | None = None
+        self._buffer_tokens: dict[str, list[int]] = {}
         self.draft_model: Any = None
         if cfg.measure_costs:
             self.policy.batch_cost = self._cached_costs()
@@ -303,7 +305,7 @@ class Engine:
                             queue_ms=(t_start - req.created) * 1000.0)
         self.model.set_abort(cancelled)
         try:
-            text = self._run(req, rec, cancelled, t_start)
+            text = self._run(req, rec, cancelled)
         except Cancelled:
             rec.outcome = "cancelled"
             text = ""
@@ -316,29 +318,55 @@ class Engine:
         return CompletionResult(text=text, record=rec)
 
     def _setup_drafters(self, req: CompletionRequest, prompt_tokens: list[int]) -> bool:
-        """Fill the lookup sources for this request; False when nothing may be drafted."""
+        """Prepare the lookup sources for this request; False when nothing may be drafted.
+
+        Sources that need tokenizing (the suffix, other buffers) are built only when a draft
+        is first asked for: most keystrokes are served from the cache and never draft.
+        """
         mode = req.speculative
         self.lookup.clear()
+        self._unbuilt_sources = None
         if mode == "off":
             return False
         if mode in ("auto", "lookup"):
             tail = self.prev_gen.get(req.uri)
             if tail:
                 self.lookup.set_source("tail", tail)
-            if self.template.kind == "continuation" and req.suffix:
-                # FIM prompts already hold the suffix; continuation prompts do not.
-                self.lookup.set_source("suffix", self.vocab.tokenize(req.suffix[:4096]))
             self.lookup.set_source("context", prompt_tokens)
-            if req.neighbors:
-                self.lookup.set_source("buffers", self._neighbor_tokens(req.neighbors))
+            self._unbuilt_sources = req
         return bool(self.lookup.sources) or (self.draft_model is not None
                                              and mode in ("auto", "model"))
 
-    def _neighbor_tokens(self, texts: list[str]) -> list[int]:
-        out: list[int] = []
-        for t in texts:
-            out.extend(self.vocab.tokenize(t[:8192]))
-        return out
+    def _build_lazy_sources(self) -> None:
+        """Tokenize the suffix and other buffers for lookup, keeping source priority."""
+        req = self._unbuilt_sources
+        if req is None:
+            return
+        self._unbuilt_sources = None
+        built = dict(self.lookup.sources)
+        ordered: dict[str, Any] = {}
+        if "tail" in built:
+            ordered["tail"] = built["tail"]
+        if self.template.kind == "continuation" and req.suffix:
+            # FIM prompts already hold the suffix; continuation prompts do not.
+            ordered["suffix"] = self.vocab.tokenize(req.suffix[:4096])
+        ordered["context"] = built["context"]
+        if req.neighbors:
+            ordered["buffers"] = [t for text in req.neighbors for t in self._tokens_of(text)]
+        self.lookup.clear()
+        for name, toks in ordered.items():
+            self.lookup.set_source(name, toks)
+
+    def _tokens_of(self, text: str) -> list[int]:
+        """Tokens of another buffer's head, cached: those buffers rarely change."""
+        key = text[:8192]
+        toks = self._buffer_tokens.get(key)
+        if toks is None:
+            toks = self.vocab.tokenize(key)
+            self._buffer_tokens[key] = toks
+            while len(self._buffer_tokens) > 16:
+                self._buffer_tokens.pop(next(iter(self._buffer_tokens)))
+        return toks
 
     def _propose(self, req: CompletionRequest, seq: list[int]) -> tuple[Draft, int] | None:
         """The draft worth verifying now and how many of its tokens, or None."""
@@ -346,6 +374,7 @@ class Engine:
         force = mode in ("lookup", "model")
         budget = self.policy.max_draft
         if mode in ("auto", "lookup"):
+            self._build_lazy_sources()
             d = self.lookup.propose(seq, budget)
             if d is not None and (d.source == "tail" or self.draft_model is None
                                   or mode == "lookup"):
@@ -385,8 +414,8 @@ class Engine:
         self.model.kv_truncate(n + a)
         return a
 
-    def _run(self, req: CompletionRequest, rec: LatencyRecord, cancelled: Callable[[], bool],
-             t_start: float) -> str:
+    def _run(self, req: CompletionRequest, rec: LatencyRecord,
+             cancelled: Callable[[], bool]) -> str:
         spec = req.speculative != "off"
         if not spec:
             # Plain greedy decoding: nothing computed for an earlier request is reused but

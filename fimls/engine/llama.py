@@ -113,7 +113,6 @@ class Vocab:
         self.fim_sep: int = L.llama_vocab_fim_sep(self._vocab)
         self._piece_cache: dict[int, bytes] = {}
         self._sorted: tuple[list[bytes], list[int]] | None = None
-        self._eog_ids: list[int] | None = None
         self._newline_ids: npt.NDArray[np.int64] | None = None
 
     def tokenize(self, text: str | bytes, *, add_special: bool = False,
@@ -184,6 +183,13 @@ class Vocab:
             self._sorted = ([p for p, _ in pairs], [t for _, t in pairs])
         return self._sorted
 
+    def _starting_with(self, head: bytes) -> list[int]:
+        """Ids of tokens whose piece starts with ``head`` (a bisect range of sorted pieces)."""
+        pieces, ids = self._sorted_pieces()
+        lo = bisect.bisect_left(pieces, head)
+        hi = bisect.bisect_left(pieces, head + b"\xff\xff\xff\xff", lo)
+        return ids[lo:hi]
+
     def tokens_consistent_with(self, constraint: bytes) -> npt.NDArray[np.int64]:
         """Ids of tokens whose piece starts with ``constraint`` or is a prefix of it.
 
@@ -191,9 +197,7 @@ class Vocab:
         the model picks its best token among those that agree with it.
         """
         pieces, ids = self._sorted_pieces()
-        lo = bisect.bisect_left(pieces, constraint)
-        hi = bisect.bisect_left(pieces, constraint + b"\xff\xff\xff\xff", lo)
-        out = list(ids[lo:hi])
+        out = list(self._starting_with(constraint))
         for k in range(1, len(constraint)):
             head = constraint[:k]
             j = bisect.bisect_left(pieces, head)
@@ -204,19 +208,10 @@ class Vocab:
     def tokens_starting_with_newline(self) -> npt.NDArray[np.int64]:
         """Ids of tokens whose piece starts with a line break."""
         if self._newline_ids is None:
-            pieces, ids = self._sorted_pieces()
-            out: list[int] = []
-            for head in (b"\n", b"\r"):
-                lo = bisect.bisect_left(pieces, head)
-                hi = bisect.bisect_left(pieces, head + b"\xff\xff\xff\xff", lo)
-                out.extend(ids[lo:hi])
+            out = self._starting_with(b"\n") + self._starting_with(b"\r")
             self._newline_ids = np.asarray(out, dtype=np.int64)
         return self._newline_ids
 
-    def release(self) -> None:
-        """Drop caches (the vocab itself belongs to the model)."""
-        self._piece_cache.clear()
-        self._sorted = None
 
 
 class LlamaModel:
