@@ -248,7 +248,7 @@ def run_engine_bench(engine: Any, sets: list[tuple[str, list[Task]]], configs: l
     return runs
 
 
-async def _keystroke_session(cmd: list[str], tasks: list[Task], chars: int,
+async def _keystroke_session(cmd: list[str], tasks: list[Task], chars: int, typed: str,
                              progress: Callable[[str], None] | None) -> list[dict[str, Any]]:
     """Drive one ``fimls serve``: ask, then type the suggestion one character at a time."""
     from lsprotocol import types
@@ -299,7 +299,8 @@ async def _keystroke_session(cmd: list[str], tasks: list[Task], chars: int,
         follow: list[float] = []
         version = 1
         # Type what was shown (the user accepts it letter by letter), asking after each.
-        for ch in shown[:chars]:
+        # The user types what was shown, or (typed="target") what the task expects.
+        for ch in (shown if typed == "shown" else task.target)[:chars]:
             version += 1
             pos = types.Position(line=line, character=col)
             client.text_document_did_change(types.DidChangeTextDocumentParams(
@@ -325,6 +326,7 @@ async def _keystroke_session(cmd: list[str], tasks: list[Task], chars: int,
 
 
 def run_keystroke_bench(serve_args: list[str], tasks: list[Task], chars: int, out_dir: Path,
+                        typed: str = "shown",
                         configs: Sequence[str] = ("off", "auto"),
                         progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Follow-up latency when typing the suggestion, per speculative mode, via stdio.
@@ -341,7 +343,7 @@ def run_keystroke_bench(serve_args: list[str], tasks: list[Task], chars: int, ou
         logs[cfg].unlink(missing_ok=True)
         cmd = [sys.executable, "-m", "fimls", "serve", *serve_args, "--speculative", cfg,
                "--log-level", "WARNING", "--latency-log", str(logs[cfg])]
-        results[cfg] = asyncio.run(_keystroke_session(cmd, tasks, chars, progress))
+        results[cfg] = asyncio.run(_keystroke_session(cmd, tasks, chars, typed, progress))
     summary: dict[str, Any] = {}
     for cfg, rows in results.items():
         follow = [ms for r in rows for ms in r["follow_ms"]]
@@ -351,6 +353,10 @@ def run_keystroke_bench(serve_args: list[str], tasks: list[Task], chars: int, ou
         drafted = sum(int(r.get("drafted_tokens", 0)) for r in through)
         accepted = sum(int(r.get("accepted_tokens", 0)) for r in through)
         summary[cfg] = {"requests": len(follow), "follow_p50_ms": percentile(follow, 50),
+                        "non_empty_first": sum(bool(r["shown"]) for r in rows),
+                        "reuse_ge_90pct": sum(int(r.get("reused_tokens", 0))
+                                              >= 0.9 * int(r.get("prompt_tokens", 0))
+                                              for r in recs),
                         "follow_p95_ms": percentile(follow, 95),
                         "first_p50_ms": percentile([r["first_ms"] for r in rows], 50),
                         "through_model": len(through), "tail_drafted": len(tail),

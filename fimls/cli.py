@@ -192,7 +192,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     total = sum(len(t) * args.repeats + args.warmup for _, t in sets) * len(configs)
     ks_tasks: list[bench.Task] = []
     if args.keystroke_tasks:
-        ks_tasks = bench.load_tasks("humaneval-multi", args.keystroke_tasks)[1]
+        ks_tasks = bench.load_tasks(args.keystroke_set, args.keystroke_tasks)[1]
         total += len(ks_tasks) * 2
     bar = bench.Progress(total, "bench")
     result = bench.BenchResult()
@@ -212,7 +212,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if ks_tasks:
         serve_args = _passthrough_flags(args)
         result.keystroke = bench.run_keystroke_bench(serve_args, ks_tasks, args.keystroke_chars,
-                                                     out, progress=bar.step)
+                                                     out, typed=args.keystroke_type,
+                                                     progress=bar.step)
     print(f"model: {result.setup['model']}  threads: {m.threads or 'auto'}  "
           f"gpu layers: {m.n_gpu_layers}  max tokens: {opts.completion.max_tokens}")
     print("verify cost (x one step) by draft length: " + ", ".join(
@@ -228,7 +229,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
                   f"  p95 {row['follow_p95_ms']:8.1f} ms  "
                   f"p50 vs off {row.get('follow_p50_vs_off', float('nan')):.2f}  "
                   f"through the model {row['through_model']:>3}  drafts accepted "
-                  f"{row['accepted']}/{row['drafted']}")
+                  f"{row['accepted']}/{row['drafted']}  first p50 {row['first_p50_ms']:.0f} ms, "
+                  f"non-empty {row['non_empty_first']}/{len(ks_tasks)}, follow-ups reusing "
+                  f">= 90% of the prompt {row['reuse_ge_90pct']}/{row['requests']}")
     data = {"setup": result.setup, "summary": result.summary,
             "keystroke": result.keystroke.get("summary") if result.keystroke else None,
             "runs": [r.__dict__ for r in result.runs]}
@@ -280,6 +283,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--keystroke-tasks", type=int, default=6,
                    help="tasks for the typing-the-suggestion scenario through fimls serve "
                    "(0: skip)")
+    b.add_argument("--keystroke-set", default="humaneval-multi",
+                   help="task set of the typing scenario")
+    b.add_argument("--keystroke-type", choices=("shown", "target"), default="shown",
+                   help="type the suggestion that was shown, or the task's expected text")
     b.add_argument("--keystroke-chars", type=int, default=12,
                    help="characters typed per task in that scenario")
     b.add_argument("--out", default="bench-out", help="folder for bench.json and bench.png")
