@@ -352,7 +352,11 @@ def run_keystroke_bench(serve_args: list[str], tasks: list[Task], chars: int, ou
         tail = [r for r in through if r.get("draft") == "tail"]
         drafted = sum(int(r.get("drafted_tokens", 0)) for r in through)
         accepted = sum(int(r.get("accepted_tokens", 0)) for r in through)
+        # Time spent crossing to the engine worker process and back (0 in thread mode).
+        hops = [float(r.get("hop_ms", 0.0)) for r in read_records(logs[cfg])
+                if r.get("outcome") in ("returned", "empty")]
         summary[cfg] = {"requests": len(follow), "follow_p50_ms": percentile(follow, 50),
+                        "hop_p50_ms": percentile(hops, 50), "hop_p95_ms": percentile(hops, 95),
                         "non_empty_first": sum(bool(r["shown"]) for r in rows),
                         "reuse_ge_90pct": sum(int(r.get("reused_tokens", 0))
                                               >= 0.9 * int(r.get("prompt_tokens", 0))

@@ -52,19 +52,25 @@ def _setup_logging(level: str) -> None:
     logging.getLogger("fimls").setLevel(level)
 
 
-def make_engine(options: Options) -> Any:
-    """Build the real llama.cpp engine for ``options`` (raises ModelLoadError)."""
-    from fimls.engine.core import Engine, EngineConfig
+def make_engine(options: Options, *, isolation: str | None = None) -> Any:
+    """Build the real llama.cpp engine for ``options`` (raises ModelLoadError): in a worker
+    process or in this one, as ``model.isolation`` (or ``isolation``) says."""
+    from fimls.engine.api import EngineConfig
     from fimls.models import resolve_model
 
     m, c = options.model, options.completion
     draft = resolve_model(c.draft_model) if c.draft_model else None
-    return Engine(EngineConfig(model_path=resolve_model(m.model), n_ctx=m.n_ctx,
-                               n_batch=m.n_batch, threads=m.threads,
-                               n_gpu_layers=m.n_gpu_layers, fim_order=m.fim_order,
-                               draft_model=draft, draft_max=c.draft_max,
-                               ngram_max=c.ngram_max,
-                               measure_costs=c.speculative != "off"))
+    cfg = EngineConfig(model_path=resolve_model(m.model), n_ctx=m.n_ctx, n_batch=m.n_batch,
+                       threads=m.threads, n_gpu_layers=m.n_gpu_layers, fim_order=m.fim_order,
+                       draft_model=draft, draft_max=c.draft_max, ngram_max=c.ngram_max,
+                       measure_costs=c.speculative != "off")
+    if (isolation or m.isolation) == "process":
+        from fimls.engine.worker import ProcessEngine
+
+        return ProcessEngine(cfg, log_level=options.logging.log_level)
+    from fimls.engine.core import Engine
+
+    return Engine(cfg)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -73,8 +79,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     _setup_logging(opts.logging.log_level)
     from fimls.server import serve
 
-    serve(opts, make_engine)
-    return 0
+    return serve(opts, make_engine)
 
 
 def _example_path() -> Path:
@@ -102,8 +107,7 @@ def cmd_complete(args: argparse.Namespace) -> int:
     opts = _options_from_args(args)
     _setup_logging(opts.logging.log_level)
     from fimls.documents import Pos, TextDocument
-    from fimls.engine.api import CompletionRequest
-    from fimls.engine.llama import ModelLoadError
+    from fimls.engine.api import CompletionRequest, ModelLoadError
 
     path, line, col = _parse_target(args.target)
     try:
@@ -118,7 +122,7 @@ def cmd_complete(args: argparse.Namespace) -> int:
     pos = Pos(max(0, line - 1), max(0, col - 1))
     prefix, suffix = doc.prefix_suffix(pos, "utf-32")
     try:
-        engine = make_engine(opts)
+        engine = make_engine(opts, isolation="thread")
     except ModelLoadError as exc:
         print(f"fimls: {exc}", file=sys.stderr)
         return 1
@@ -188,7 +192,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             raise SystemExit(f"fimls bench: unknown configuration {c!r}")
     if "model" in configs and not opts.completion.draft_model:
         raise SystemExit("fimls bench: configuration 'model' needs --draft-model")
-    engine = make_engine(opts)
+    engine = make_engine(opts, isolation="thread")
     total = sum(len(t) * args.repeats + args.warmup for _, t in sets) * len(configs)
     ks_tasks: list[bench.Task] = []
     if args.keystroke_tasks:
@@ -232,6 +236,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
                   f"{row['accepted']}/{row['drafted']}  first p50 {row['first_p50_ms']:.0f} ms, "
                   f"non-empty {row['non_empty_first']}/{len(ks_tasks)}, follow-ups reusing "
                   f">= 90% of the prompt {row['reuse_ge_90pct']}/{row['requests']}")
+            print(f"         engine worker hop (to the worker process and back, per request): "
+                  f"p50 {row['hop_p50_ms']:.2f} ms  p95 {row['hop_p95_ms']:.2f} ms")
     data = {"setup": result.setup, "summary": result.summary,
             "keystroke": result.keystroke.get("summary") if result.keystroke else None,
             "runs": [r.__dict__ for r in result.runs]}
@@ -245,7 +251,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def _passthrough_flags(args: argparse.Namespace) -> list[str]:
     """The model/context flags given to bench, for the servers it starts."""
     keep = {"model", "nCtx", "nBatch", "threads", "nGpuLayers", "maxTokens", "maxLines",
-            "draftModel", "draftMax", "ngramMax"}
+            "draftModel", "draftMax", "ngramMax", "isolation"}
     out: list[str] = []
     for key, flag, _default, _doc in describe():
         value = getattr(args, f"opt_{key}", None)

@@ -39,6 +39,9 @@ class ModelOptions:
     """Layers offloaded to the GPU (-1 or a large number: all)."""
     fim_order: str = "auto"
     """FIM layout: auto (the model family's), psm or spm."""
+    isolation: str = "process"
+    """process: the model runs in a worker process (a native crash is survived and the
+    worker restarted); thread: inside the server process (no hop, no protection)."""
 
 
 @dataclass(kw_only=True)
@@ -144,6 +147,8 @@ def _coerce(value: Any, default: Any, name: str) -> Any:
             raise ValueError(f"must be one of {', '.join(SPECULATIVE_MODES)}")
         if name == "fim_order" and value not in ("auto", "psm", "spm"):
             raise ValueError("must be auto, psm or spm")
+        if name == "isolation" and value not in ("process", "thread"):
+            raise ValueError("must be process or thread")
         return value
     return value
 

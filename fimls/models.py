@@ -14,7 +14,7 @@ from pathlib import Path
 
 import platformdirs
 
-from fimls.engine.llama import ModelLoadError, check_gguf_file
+from fimls.engine.api import ModelLoadError, check_gguf_file
 
 log = logging.getLogger(__name__)
 

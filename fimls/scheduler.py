@@ -18,7 +18,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from fimls.engine.api import CompletionRequest, CompletionResult
+from fimls.engine.api import CompletionRequest, CompletionResult, describe_error
 from fimls.latency import LatencyLog, LatencyRecord
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,10 @@ class Scheduler:
         self._running: _Job | None = None
         self._engine: EngineLike | None = None
         self._loader: Callable[[], EngineLike] | None = None
-        self._state = "idle"  # idle, loading, ready, failed
+        self._state = "idle"  # idle, loading, ready, failed, restarting
+        self._last_loader: Callable[[], EngineLike] | None = None
+        self._crashes: deque[float] = deque(maxlen=16)
+        self.restarts = 0
         self.load_error: str | None = None
         self.latency_log = latency_log or LatencyLog(None)
         self._stop = False
@@ -71,7 +74,7 @@ class Scheduler:
 
     @property
     def state(self) -> str:
-        """idle, loading, ready or failed."""
+        """idle, loading, ready, failed or restarting (the engine process died)."""
         return self._state
 
     @property
@@ -95,10 +98,16 @@ class Scheduler:
             except Exception:  # a listener must not kill the worker
                 log.exception("state listener failed")
 
+    @property
+    def engine(self) -> EngineLike | None:
+        """The engine in service, if any."""
+        return self._engine
+
     def load(self, loader: Callable[[], EngineLike]) -> None:
         """(Re)load the engine on the worker thread; requests meanwhile get empty results."""
         with self._lock:
             self._loader = loader
+            self._last_loader = loader
             self._state = "loading"
             self._lock.notify_all()
 
@@ -151,6 +160,14 @@ class Scheduler:
             with contextlib.suppress(ValueError):
                 self._queue.remove(job)
             self._finish_locked(job, "", reason)
+            return
+        interrupt = getattr(self._engine, "interrupt", None)
+        if interrupt is not None:
+            # An engine in another process hears about it now rather than at its next poll.
+            try:
+                interrupt(job.req.request_id)
+            except Exception:
+                log.debug("interrupt failed", exc_info=True)
         # A running job sees cancel_reason through its predicate and stops at the next
         # token or batch boundary; llama.cpp's abort callback polls it mid-batch too.
 
@@ -203,9 +220,49 @@ class Scheduler:
             self._set_state("failed", str(exc))
             return
         self._engine = engine
+        if hasattr(engine, "on_exit"):
+            engine.on_exit = lambda reason, e=engine: self._engine_died(e, reason)
         self._set_state("ready")
         for warning in getattr(engine, "warnings", []):
             self._notify("warning", warning)
+
+    def restart_delay(self) -> float:
+        """Back-off before restarting a dead engine: 0.25 s, doubling with every crash in
+        the last two minutes, at most 30 s."""
+        now = time.monotonic()
+        recent = sum(1 for t in self._crashes if now - t < 120.0)
+        return min(30.0, 0.25 * 2 ** max(0, recent - 1))
+
+    def _engine_died(self, engine: EngineLike, reason: str) -> None:
+        """The engine's process is gone (called from its watcher thread): answer what was
+        waiting for it, and start a new one after a back-off."""
+        with self._lock:
+            if self._engine is not engine or self._stop:
+                return
+            self._engine = None
+            self._crashes.append(time.monotonic())
+            delay = self.restart_delay()
+            loader = self._last_loader
+            self._state = "restarting"
+            self.load_error = f"the engine process died ({reason}); restarting in {delay:.2f} s"
+        self._notify("crashed", self.load_error)
+        with contextlib.suppress(Exception):
+            engine.close()
+        if loader is None:
+            return
+        timer = threading.Timer(delay, self._restart, args=(loader,))
+        timer.daemon = True
+        timer.start()
+
+    def _restart(self, loader: Callable[[], EngineLike]) -> None:
+        with self._lock:
+            # A reload asked for meanwhile (or a shutdown) wins over this one.
+            if self._stop or self._state != "restarting":
+                return
+            self.restarts += 1
+            self._loader = loader
+            self._state = "loading"
+            self._lock.notify_all()
 
     def _run(self, job: _Job) -> None:
         engine = self._engine
@@ -226,7 +283,9 @@ class Scheduler:
             elif job.still_current is not None and not job.still_current():
                 text, rec.outcome = "", "superseded"
         except Exception as exc:
-            log.exception("engine failed on %s", job.req.uri)
+            log.error("engine failed on request %s: %s", job.req.request_id,
+                      describe_error(exc))
+            log.debug("engine failure", exc_info=True)
             try:
                 engine.reset()
             except Exception:
@@ -234,7 +293,7 @@ class Scheduler:
             text = ""
             rec = LatencyRecord(uri=job.req.uri, version=job.req.version,
                                 request_id=job.req.request_id, model=self.model_name,
-                                error=repr(exc))
+                                error=describe_error(exc))
             rec.outcome = "error"
             rec.total_ms = (time.monotonic() - job.req.created) * 1000.0
         with self._lock:

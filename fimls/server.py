@@ -9,8 +9,10 @@ document on every change.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -26,7 +28,7 @@ from pygls.protocol.language_server import lsp_method
 from fimls import __version__
 from fimls.config import Options, apply_dict
 from fimls.documents import DocumentStore, Pos, TextDocument, workspace_relative_path
-from fimls.engine.api import CompletionRequest, CompletionResult
+from fimls.engine.api import CompletionRequest, CompletionResult, describe_error
 from fimls.latency import LatencyLog
 from fimls.models import default_latency_log
 from fimls.scheduler import EngineLike, Scheduler
@@ -35,6 +37,8 @@ log = logging.getLogger(__name__)
 
 _WORD_TAIL = re.compile(r"[A-Za-z0-9_]*$")
 ACCEPT_COMMAND = "fimls.acceptCompletion"
+STATUS_REQUEST = "fimls/status"
+DOCUMENT_STATE_REQUEST = "fimls/documentState"
 # What editors report about a suggestion, and the event it becomes in the latency log.
 OUTCOME_NOTIFICATIONS = {"fimls/didShowCompletion": "shown", "fimls/didAccept": "accepted",
                          "fimls/didPartiallyAccept": "partial", "fimls/didDismiss": "dismissed"}
@@ -52,13 +56,20 @@ class FimlsProtocol(LanguageServerProtocol):
     _server: FimlsServer
 
     def handle_message(self, message: Any) -> None:
-        """Requests before ``initialize`` get the spec's ServerNotInitialized (-32002)."""
+        """Requests before ``initialize`` get the spec's ServerNotInitialized (-32002), and
+        requests after ``shutdown`` InvalidRequest (-32600): pygls would drop them silently
+        and leave the client waiting."""
         method = getattr(message, "method", None)
         msg_id = getattr(message, "id", None)
-        if (self._workspace is None and method not in (None, types.INITIALIZE, types.EXIT)
-                and msg_id is not None and hasattr(message, "params")):
+        is_request = method is not None and msg_id is not None and hasattr(message, "params")
+        if (self._workspace is None and is_request
+                and method not in (types.INITIALIZE, types.EXIT)):
             self._send_data({"jsonrpc": "2.0", "id": msg_id, "error": {
                 "code": -32002, "message": "server not initialized"}})
+            return
+        if self._shutdown and is_request and method != types.EXIT:
+            self._send_data({"jsonrpc": "2.0", "id": msg_id, "error": {
+                "code": -32600, "message": "server is shutting down"}})
             return
         super().handle_message(message)
 
@@ -116,6 +127,7 @@ class FimlsServer(LanguageServer):
         self._progress_begun: str | None = None
         self._progress_seq = 0
         self._initialized = False
+        self.exit_code = 0
         self.scheduler.on_state_change(self._on_engine_state)
 
     def report_server_error(self, error: Exception, source: Any) -> None:
@@ -128,7 +140,10 @@ class FimlsServer(LanguageServer):
             self.protocol._send_data({"jsonrpc": "2.0", "id": None, "error": {
                 "code": -32700, "message": f"Parse error: {error}"}})
             return
-        log.error("server error (%s): %s", getattr(source, "__name__", source), error)
+        # The message of an arbitrary exception may quote document text: type only.
+        log.error("server error (%s): %s", getattr(source, "__name__", source),
+                  describe_error(error))
+        log.debug("server error", exc_info=error)
 
     # -- options and model -----------------------------------------------------------------
 
@@ -229,6 +244,9 @@ class FimlsServer(LanguageServer):
 
     def _on_engine_state(self, state: str, error: str | None) -> None:
         # Called on the engine thread.
+        if state == "crashed" and error:
+            self.show(error, types.MessageType.Warning)
+            return
         if state in ("failed", "warning") and error:
             self.show(error, types.MessageType.Error)
             return
@@ -379,6 +397,27 @@ def build_server(options: Options, engine_factory: EngineFactory) -> FimlsServer
     def accept_command(ls: FimlsServer, *args: Any) -> None:
         ls.outcome("accepted", list(args))
 
+    @server.feature(STATUS_REQUEST)
+    def status(ls: FimlsServer, params: Any) -> dict[str, Any]:
+        """What the engine is doing: for status lines, and for tests that kill the worker."""
+        sched = ls.scheduler
+        return {"state": sched.state, "model": sched.model_name, "error": sched.load_error,
+                "serverPid": os.getpid(), "workerPid": getattr(sched.engine, "pid", None),
+                "restarts": sched.restarts}
+
+    @server.feature(DOCUMENT_STATE_REQUEST)
+    def document_state(ls: FimlsServer, params: Any) -> dict[str, Any] | None:
+        """The server's copy of a document, as a digest: lets a client (and the sync tests)
+        check that incremental edits were applied as it applied them, without echoing the
+        text back."""
+        uri = getattr(getattr(params, "textDocument", None), "uri", None)
+        doc = ls.docs.get(uri) if isinstance(uri, str) else None
+        if doc is None:
+            return None
+        data = doc.text.encode("utf-8", "surrogatepass")
+        return {"version": doc.version, "sha256": hashlib.sha256(data).hexdigest(),
+                "length": len(doc.text), "lineCount": doc.line_count}
+
     for method, event in OUTCOME_NOTIFICATIONS.items():
         def on_outcome(ls: FimlsServer, params: Any, event: str = event) -> None:
             ls.outcome(event, params)
@@ -407,6 +446,11 @@ def build_server(options: Options, engine_factory: EngineFactory) -> FimlsServer
             filter_text=typed + text, text_edit=edit,
             insert_text_format=types.InsertTextFormat.PlainText)])
 
+    @server.feature(types.EXIT)
+    def exit_(ls: FimlsServer, params: Any) -> None:
+        # The spec's exit codes: 0 after a shutdown request, 1 without one.
+        ls.exit_code = 0 if ls.protocol._shutdown else 1
+
     @server.feature(types.SHUTDOWN)
     def shutdown(ls: FimlsServer, params: Any) -> None:
         ls.scheduler.shutdown()
@@ -415,11 +459,14 @@ def build_server(options: Options, engine_factory: EngineFactory) -> FimlsServer
     return server
 
 
-def serve(options: Options, engine_factory: EngineFactory) -> None:
-    """Run the server over stdio until the client exits."""
+def serve(options: Options, engine_factory: EngineFactory) -> int:
+    """Run the server over stdio until the client exits; the process exit code."""
     server = build_server(options, engine_factory)
     try:
         server.start_io(sys.stdin.buffer, sys.stdout.buffer)
+    except SystemExit:
+        pass  # pygls exits on the exit notification: the code is ours to give
     finally:
         server.scheduler.shutdown(timeout=2.0)
         server.latency_log.close()
+    return server.exit_code

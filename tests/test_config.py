@@ -25,7 +25,8 @@ def test_defaults() -> None:
     o = Options()
     assert snapshot(o) == {
         "model": None, "nCtx": 4096, "nBatch": 512, "threads": None, "nGpuLayers": 0,
-        "fimOrder": "auto", "maxTokens": 64, "maxLines": 8, "speculative": "auto",
+        "fimOrder": "auto", "isolation": "process", "maxTokens": 64, "maxLines": 8,
+        "speculative": "auto",
         "draftModel": None, "draftMax": 8, "ngramMax": 3,
         "latencyLog": None, "logLevel": "INFO",
     }

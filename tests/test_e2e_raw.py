@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import select
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,10 +17,11 @@ import pytest
 class Raw:
     """A bare stdio JSON-RPC peer for ``fimls serve``."""
 
-    def __init__(self) -> None:
+    def __init__(self, *args: str) -> None:
         self.proc = subprocess.Popen([sys.executable, "-m", "fimls", "serve", "--log-level",
-                                      "ERROR"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL)
+                                      "ERROR", *args], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self._ids = itertools.count(1000)
 
     def send(self, obj: Any) -> None:
         body = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
@@ -48,6 +51,49 @@ class Raw:
             if "method" not in msg and msg.get("id") == msg_id:
                 return msg
         return None
+
+    def request(self, method: str, params: Any, timeout: float = 30.0) -> dict[str, Any]:
+        """Send a request and return its whole reply (result or error)."""
+        msg_id = next(self._ids)
+        self.send({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params})
+        reply = self.recv_reply(msg_id, timeout)
+        assert reply is not None, f"no reply to {method}"
+        return reply
+
+    def notify(self, method: str, params: Any) -> None:
+        self.send({"jsonrpc": "2.0", "method": method, "params": params})
+
+    def wait_ready(self, timeout: float = 120.0) -> dict[str, Any]:
+        """Poll fimls/status until the model is loaded; the status."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            st = self.request("fimls/status", None)["result"]
+            if st["state"] == "ready":
+                return dict(st)
+            time.sleep(0.1)
+        raise AssertionError("model did not load")
+
+    def inline_params(self, uri: str, line: int, character: int) -> dict[str, Any]:
+        return {"textDocument": {"uri": uri}, "position": {"line": line, "character": character},
+                "context": {"triggerKind": 2}}
+
+    def open(self, uri: str, text: str) -> None:
+        self.notify("textDocument/didOpen", {"textDocument": {
+            "uri": uri, "languageId": "python", "version": 1, "text": text}})
+
+
+def gone(pid: int, timeout: float) -> bool:
+    """True once ``pid`` has exited (a zombie nobody reaped counts as exited)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return True
+        if stat.rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+            return True
+        time.sleep(0.05)
+    return False
 
 
 @pytest.fixture
@@ -107,3 +153,68 @@ def test_closing_stdin_ends_the_server(raw: Raw) -> None:
     assert raw.proc.stdin is not None
     raw.proc.stdin.close()
     assert raw.proc.wait(15) is not None
+
+
+def test_closing_stdin_mid_request_ends_server_and_worker(raw: Raw) -> None:
+    st = raw.wait_ready()
+    raw.open("file:///w/a.py", "def fibonacci(n):\n    ")
+    raw.send({"jsonrpc": "2.0", "id": 50, "method": "textDocument/inlineCompletion",
+              "params": raw.inline_params("file:///w/a.py", 1, 4)})
+    assert raw.proc.stdin is not None
+    raw.proc.stdin.close()
+    assert raw.proc.wait(15) is not None
+    assert gone(st["workerPid"], 10), "the engine worker outlived the server"
+
+
+def test_requests_after_shutdown_are_refused_then_exit(raw: Raw) -> None:
+    st = raw.wait_ready()
+    assert raw.request("shutdown", None)["result"] is None
+    reply = raw.request("textDocument/inlineCompletion", raw.inline_params("file:///w/a.py", 0, 0))
+    assert reply["error"]["code"] == -32600  # InvalidRequest: the server is shutting down
+    raw.notify("exit", None)
+    assert raw.proc.wait(15) == 0
+    assert gone(st["workerPid"], 10)
+
+
+def test_exit_without_shutdown(raw: Raw) -> None:
+    st = raw.wait_ready()
+    raw.notify("exit", None)
+    assert raw.proc.wait(15) == 1  # the spec's exit code when shutdown did not come first
+    assert gone(st["workerPid"], 10)
+
+
+def test_positions_negative_and_huge(raw: Raw) -> None:
+    raw.open("file:///w/p.py", "import os\nprint(os.")
+    for line, character in ((-1, 0), (0, -5)):
+        reply = raw.request("textDocument/inlineCompletion",
+                            raw.inline_params("file:///w/p.py", line, character))
+        assert reply["error"]["code"] == -32602
+    reply = raw.request("textDocument/inlineCompletion",
+                        raw.inline_params("file:///w/p.py", 2**31 - 1, 2**31 - 1))
+    assert reply["result"] is not None
+    reply = raw.request("textDocument/inlineCompletion",
+                        raw.inline_params("file:///w/p.py", 1, 2**31 - 1))
+    for item in reply["result"]["items"]:
+        assert item["range"]["start"] == {"line": 1, "character": 9}
+
+
+def test_text_that_was_not_utf8_on_disk(raw: Raw) -> None:
+    """Editors send undecodable bytes as U+FFFD, as Latin-1, or (some Python clients, via
+    surrogateescape) as lone surrogates in JSON escapes: none of it may break a request."""
+    raw.wait_ready()
+    # Lone surrogates travel as JSON escapes (json.dumps writes them that way).
+    text = "caf\udce9 = 'ol\udcc3'\nname = '\ufffd\u00e9t\u00e9'\ndef greet(who):\n    "
+    raw.open("file:///w/latin.py", text)
+    raw.notify("textDocument/didChange", {
+        "textDocument": {"uri": "file:///w/latin.py", "version": 2},
+        "contentChanges": [{"range": {"start": {"line": 0, "character": 0},
+                                      "end": {"line": 0, "character": 0}}, "text": "\ud800#"}]})
+    for line, character in ((3, 4), (0, 5), (1, 3)):
+        reply = raw.request("textDocument/inlineCompletion",
+                            raw.inline_params("file:///w/latin.py", line, character), 120)
+        assert "result" in reply, reply
+    # The server lives, and the next request on ordinary text is served.
+    raw.open("file:///w/ok.py", "def add(a, b):\n    return a")
+    reply = raw.request("textDocument/inlineCompletion",
+                        raw.inline_params("file:///w/ok.py", 1, 12), 120)
+    assert reply["result"]["items"], reply

@@ -124,6 +124,21 @@ def test_typing_the_suggestion_reuses_it(engine: Engine) -> None:
         assert res.record.evaluated_tokens <= 2
 
 
+def test_short_prompt_after_an_unrelated_one_is_not_forced_from_bos(engine: Engine) -> None:
+    # Regression: a prompt under 32 bytes whose only overlap with the cached path was BOS
+    # used to be forced token by token from BOS, and came back empty.
+    def ask(uri: str, prefix: str) -> str:
+        return engine.complete(CompletionRequest(uri=uri, version=1, prefix=prefix, suffix=""),
+                               lambda: False).text
+
+    engine.reset()
+    engine.prev_gen.clear()
+    fresh = ask("file:///a.py", "def add(a, b):\n    return a")
+    assert fresh.strip()
+    ask("file:///b.py", "name = 'x'\nname")
+    assert ask("file:///c.py", "def add(a, b):\n    return a") == fresh
+
+
 def test_incompatible_draft_model_is_refused(tmp_path: Path) -> None:
     other = write_vocab_gguf(tmp_path / "starcoder2-vocab.gguf", "starcoder2")
     with pytest.raises(ModelLoadError) as err:

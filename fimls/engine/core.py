@@ -24,15 +24,15 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from fimls.drafting import Draft, DraftPolicy, PromptLookupDraft
-from fimls.engine.api import CompletionRequest, CompletionResult
+from fimls.engine.api import CompletionRequest, CompletionResult, EngineConfig
 from fimls.engine.llama import LlamaModel, ModelLoadError
+
+__all__ = ["Cancelled", "Engine", "EngineConfig"]
 from fimls.latency import LatencyRecord
 from fimls.postprocess import CursorContext, StopPolicy, finalize
 from fimls.prompt import FimTemplate, Prompt, PromptInput, build_prompt, detect_template
@@ -46,22 +46,6 @@ MAX_PATH_REMAINDER = 32  # bytes of typed text that may be forced after the cach
 
 class Cancelled(Exception):
     """The request was cancelled or superseded while the engine worked on it."""
-
-
-@dataclass(kw_only=True)
-class EngineConfig:
-    """Model and context settings the engine is built with."""
-
-    model_path: Path
-    n_ctx: int = 4096
-    n_batch: int = 512
-    threads: int | None = None
-    n_gpu_layers: int = 0
-    fim_order: str = "auto"
-    draft_model: Path | None = None
-    draft_max: int = 8
-    ngram_max: int = 3
-    measure_costs: bool = True
 
 
 def _lcp(a: list[int], b: list[int]) -> int:
@@ -262,8 +246,13 @@ class Engine:
             off += len(p)
             j += 1
         # Prefer the path even when canonical tokenization covers a little more: the text
-        # left over is forced while decoding, and along the path its tokens are known.
-        if j == 0 or (off < canonical_cover and len(full) - off > MAX_PATH_REMAINDER):
+        # left over is forced while decoding, and along the path its tokens are known. But
+        # only where the path gives more cached tokens than the canonical prompt shares
+        # with the cache anyway: a short unrelated prompt must not be forced from BOS.
+        if j == 0:
+            return prompt.tokens, prompt.constraint
+        if off < canonical_cover and (len(full) - off > MAX_PATH_REMAINDER
+                                      or j <= _lcp(path, prompt.tokens)):
             return prompt.tokens, prompt.constraint
         return path[:j], full[off:]
 

@@ -21,6 +21,10 @@ import llama_cpp as L
 import numpy as np
 import numpy.typing as npt
 
+from fimls.engine.api import ModelLoadError, check_gguf_file
+
+__all__ = ["LlamaModel", "ModelLoadError", "Vocab", "check_gguf_file"]
+
 log = logging.getLogger(__name__)
 
 _backend_lock = threading.Lock()
@@ -31,10 +35,6 @@ _log_callback: Any = None  # keep the ctypes callback alive for the process life
 # warnings every GGUF triggers (SWA cache size, token types) are chatter for our users.
 _LLAMA_LEVELS = {1: logging.DEBUG, 2: logging.DEBUG, 3: logging.INFO, 4: logging.ERROR,
                  5: logging.DEBUG}
-
-
-class ModelLoadError(Exception):
-    """The model file could not be loaded; the message names the path and the reason."""
 
 
 _ABORT_NOISE = (b"compute_async failed with error 1", b"failed to compute graph, compute status: 1",
@@ -71,28 +71,6 @@ def backend_init() -> None:
             _route_native_logs()
             L.llama_backend_init()
             _backend_ready = True
-
-
-def check_gguf_file(path: Path) -> None:
-    """Raise ModelLoadError with a clear reason unless ``path`` looks like a GGUF file.
-
-    llama.cpp reports a bad file only as a NULL pointer (and may abort on some corrupt
-    files), so the cheap checks happen here first.
-    """
-    if not path.exists():
-        raise ModelLoadError(f"model file not found: {path}")
-    if path.is_dir():
-        raise ModelLoadError(f"model path is a directory, not a GGUF file: {path}")
-    try:
-        size = path.stat().st_size
-        with path.open("rb") as fh:
-            magic = fh.read(4)
-    except OSError as exc:
-        raise ModelLoadError(f"cannot read model file {path}: {exc}") from exc
-    if size == 0:
-        raise ModelLoadError(f"model file is empty: {path}")
-    if magic != b"GGUF":
-        raise ModelLoadError(f"not a GGUF file (bad magic {magic!r}): {path}")
 
 
 class Vocab:

@@ -1,0 +1,88 @@
+"""The engine worker process dies (kill -9, a segfault, abort()); the server does not.
+
+Driven through ``fimls serve`` over stdio with the real model: the request in flight is
+answered, the death is logged with the exit status and the worker's last stderr lines, the
+editor is told, and completions resume within 5 s from a fresh worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lsprotocol import types
+from pytest_lsp import LanguageClient
+
+from tests.lsp_helpers import end_position, humaneval, inline, open_doc, read_log, session
+
+pytestmark = pytest.mark.asyncio
+
+
+async def status(client: LanguageClient) -> Any:
+    """fimls/status: state, workerPid, restarts."""
+    return await client.protocol.send_request_async("fimls/status", None)
+
+
+async def resumes(client: LanguageClient, uri: str, line: int, col: int,
+                  limit: float) -> float:
+    """Seconds until a non-empty completion comes back (fails after ``limit``)."""
+    t0 = time.monotonic()
+    while True:
+        res = await asyncio.wait_for(inline(client, uri, line, col), 30)
+        if res is not None and res.items and str(res.items[0].insert_text).strip():
+            return time.monotonic() - t0
+        assert time.monotonic() - t0 < limit, "completions did not resume"
+        await asyncio.sleep(0.05)
+
+
+async def test_worker_death_is_survived(tmp_path: Path, capfd: pytest.CaptureFixture[str],
+                                        ) -> None:
+    log = tmp_path / "lat.jsonl"
+    task = humaneval("Multi", n=3)[2]
+    async with session(args=["--latency-log", str(log), "--max-tokens", "128"]) as (client, _):
+        uri = (tmp_path / "t.py").as_uri()
+        open_doc(client, uri, task["prefix"] + task["suffix"])
+        line, col = end_position(task["prefix"])
+        first = await status(client)
+        assert first.state == "ready" and first.workerPid and first.workerPid != first.serverPid
+        assert first.restarts == 0
+
+        # kill -9 while a request is in the model: it is answered (empty), not lost.
+        pending = asyncio.ensure_future(inline(client, uri, line, col))
+        await asyncio.sleep(0.25)
+        os.kill(first.workerPid, signal.SIGKILL)
+        res = await asyncio.wait_for(pending, 10)
+        assert res is not None and not res.items
+        took = await resumes(client, uri, line, col, limit=5.0)
+        second = await status(client)
+        assert second.state == "ready" and second.restarts == 1
+        assert second.workerPid != first.workerPid
+
+        # A segfault while idle, then abort(): each is noticed without a request and the
+        # worker comes back (the back-off grows, 0.25 s -> 0.5 s -> 1 s).
+        pids = [second.workerPid]
+        for sig in (signal.SIGSEGV, signal.SIGABRT):
+            os.kill(pids[-1], sig)
+            await asyncio.sleep(0.1)
+            took_again = await resumes(client, uri, line, col, limit=10.0)
+            st = await status(client)
+            assert st.state == "ready" and st.workerPid not in pids
+            pids.append(st.workerPid)
+        assert (await status(client)).restarts == 3
+        # The server process itself never moved.
+        assert (await status(client)).serverPid == first.serverPid
+    err = capfd.readouterr().err
+    assert "exited unexpectedly: killed by signal 9 (SIGKILL)" in err
+    assert "killed by signal 11 (SIGSEGV)" in err and "killed by signal 6 (SIGABRT)" in err
+    assert "last stderr lines" in err
+    warnings = [m.message for m in client.messages if m.type == types.MessageType.Warning]
+    assert sum("the engine process died" in w for w in warnings) == 3
+    recs = [r for r in read_log(log) if "outcome" in r]
+    killed = [r for r in recs if "SIGKILL" in (r.get("error") or "")]
+    assert len(killed) == 1 and killed[0]["outcome"] == "error"
+    print(f"resumed after kill -9 in {took:.2f} s, after the last signal in {took_again:.2f} s")
