@@ -19,7 +19,8 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 OUTCOMES = ("returned", "empty", "superseded", "cancelled", "error")
-TIMING_FIELDS = ("queue_ms", "prompt_ms", "ttft_ms", "decode_ms", "total_ms", "hop_ms")
+TIMING_FIELDS = ("queue_ms", "prompt_ms", "ttft_ms", "decode_ms", "total_ms", "hop_ms",
+                 "model_ms")
 COUNT_FIELDS = ("prompt_tokens", "reused_tokens", "generated_tokens", "drafted_tokens",
                 "accepted_tokens")
 
@@ -38,6 +39,7 @@ class LatencyRecord:
     decode_ms: float = 0.0
     total_ms: float = 0.0
     hop_ms: float = 0.0  # time spent crossing to the engine worker process and back
+    model_ms: float = 0.0  # time this request held the model, from ``ts`` (0: never did)
     prompt_tokens: int = 0
     reused_tokens: int = 0
     memo_tokens: int = 0  # tokens replayed from the previous generation without compute

@@ -46,6 +46,10 @@ class _Job:
     # The future may be cancelled by its awaiter (asyncio.wrap_future propagates an LSP
     # $/cancelRequest), so whether the job is finished is tracked separately.
     finished: bool = False
+    # A running job that is cancelled is answered at once; its record is written when the
+    # engine has actually let go of it (so the log shows how long it held the model).
+    answered: bool = False
+    answered_ms: float = 0.0
 
 
 class Scheduler:
@@ -153,7 +157,7 @@ class Scheduler:
                 self._cancel_locked(job, reason)
 
     def _cancel_locked(self, job: _Job, reason: str) -> None:
-        if job.finished:
+        if job.finished or job.cancel_reason is not None:
             return
         job.cancel_reason = reason
         if job is not self._running:
@@ -161,6 +165,15 @@ class Scheduler:
                 self._queue.remove(job)
             self._finish_locked(job, "", reason)
             return
+        # The client hears now; the engine stops at its next token or batch boundary.
+        rec = LatencyRecord(uri=job.req.uri, version=job.req.version,
+                            request_id=job.req.request_id, model=self.model_name,
+                            outcome=reason,
+                            total_ms=(time.monotonic() - job.req.created) * 1000.0)
+        job.answered = True
+        job.answered_ms = rec.total_ms
+        if job.future.set_running_or_notify_cancel():
+            job.future.set_result(CompletionResult(text="", record=rec))
         interrupt = getattr(self._engine, "interrupt", None)
         if interrupt is not None:
             # An engine in another process hears about it now rather than at its next poll.
@@ -168,7 +181,7 @@ class Scheduler:
                 interrupt(job.req.request_id)
             except Exception:
                 log.debug("interrupt failed", exc_info=True)
-        # A running job sees cancel_reason through its predicate and stops at the next
+        # The running job sees cancel_reason through its predicate and stops at the next
         # token or batch boundary; llama.cpp's abort callback polls it mid-batch too.
 
     def _finish_locked(self, job: _Job, text: str, outcome: str, *,
@@ -181,11 +194,13 @@ class Scheduler:
             rec.error = error
         if record is None:
             rec.total_ms = (time.monotonic() - job.req.created) * 1000.0
+        if job.answered:
+            rec.total_ms = job.answered_ms  # what the client waited
         if self._by_uri.get(job.req.uri) is job:
             del self._by_uri[job.req.uri]
         self._by_id.pop(job.req.request_id, None)
         self.latency_log.write(rec)
-        if job.future.set_running_or_notify_cancel():
+        if not job.answered and job.future.set_running_or_notify_cancel():
             job.future.set_result(CompletionResult(text=text, record=rec))
 
     # -- worker --------------------------------------------------------------------------

@@ -302,6 +302,7 @@ class Engine:
             self.model.set_abort(None)
         t_end = time.monotonic()
         rec.total_ms = (t_end - req.created) * 1000.0
+        rec.model_ms = (t_end - t_start) * 1000.0
         if rec.outcome != "cancelled":
             rec.outcome = "returned" if text else "empty"
         return CompletionResult(text=text, record=rec)

@@ -311,7 +311,10 @@ def _worker_main() -> int:
             cancelled_ids.clear()
         elif kind == "close":
             engine.close()
-            return 0
+            # Not a normal interpreter exit: the reader thread is blocked in stdin, and
+            # finalizing under it aborts ("could not acquire lock for <stdin>").
+            sys.stderr.flush()
+            os._exit(0)
 
 
 if __name__ == "__main__":
