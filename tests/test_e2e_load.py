@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import random
 import time
 from pathlib import Path
@@ -115,7 +116,7 @@ async def test_cancel_storm(tmp_path: Path) -> None:
     # of the requests that reached it are disjoint.
     spans = sorted((r["ts"], r["ts"] + r["model_ms"] / 1000.0) for r in recs if r["model_ms"] > 0)
     assert len(spans) > DOCS
-    for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
+    for (_, end), (start, _) in itertools.pairwise(spans):
         assert start >= end - 0.0005
     reached = len(spans)
     p50 = after_edit[len(after_edit) // 2]
