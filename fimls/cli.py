@@ -1,4 +1,4 @@
-"""Command line: ``fimls serve``, ``fimls complete``, ``fimls stats``.
+"""Command line: ``fimls serve``, ``complete``, ``bench``, ``soak`` and ``stats``.
 
 Every option of the options tree is a flag here (``--max-tokens``) and a camelCase key in
 the editor's ``initializationOptions`` (``maxTokens``): one converter reads both.
@@ -248,6 +248,31 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_soak(args: argparse.Namespace) -> int:
+    """Soak one server; exit status 0 only if RSS grew < 5 % and nothing failed."""
+    from fimls import bench, soak
+
+    opts = _options_from_args(args)
+    _setup_logging(opts.logging.log_level)
+    tasks = bench.load_tasks("humaneval-multi", 40)[1]
+    texts = [t.prefix + t.suffix for t in tasks]
+    out = Path(args.out)
+    print(f"fimls soak: {args.requests} requests (warm-up {args.warmup}), seed {args.seed}",
+          file=sys.stderr)
+    res = soak.run_soak(_passthrough_flags(args), texts, n_requests=args.requests,
+                        warmup=args.warmup, seed=args.seed, out_dir=out)
+    text, ok = soak.report(res)
+    print(text)
+    (out / "soak.json").write_text(json.dumps({
+        "requests": res.requests, "seconds": res.seconds, "rss_kib": res.rss,
+        "errors": res.errors, "outcomes": res.outcomes,
+        "latency_ms": {"p50": soak.percentile(res.latencies_ms, 50),
+                       "p95": soak.percentile(res.latencies_ms, 95)},
+        "waited_ms": {"p50": soak.percentile(res.waited_ms, 50),
+                      "p95": soak.percentile(res.waited_ms, 95)}}, indent=1))
+    return 0 if ok else 1
+
+
 def _passthrough_flags(args: argparse.Namespace) -> list[str]:
     """The model/context flags given to bench, for the servers it starts."""
     keep = {"model", "nCtx", "nBatch", "threads", "nGpuLayers", "maxTokens", "maxLines",
@@ -298,6 +323,15 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--out", default="bench-out", help="folder for bench.json and bench.png")
     _add_option_flags(b)
     b.set_defaults(func=cmd_bench)
+    so = sub.add_parser("soak", help="many requests with random edits against one fimls "
+                        "serve: RSS at start and end, errors, latency")
+    so.add_argument("--requests", type=int, default=10000, help="inline requests to send")
+    so.add_argument("--warmup", type=int, default=200,
+                    help="requests before the start RSS is taken")
+    so.add_argument("--seed", type=int, default=1, help="random seed of the workload")
+    so.add_argument("--out", default="bench-out", help="folder for soak.json and the log")
+    _add_option_flags(so)
+    so.set_defaults(func=cmd_soak)
     st = sub.add_parser("stats", help="summarise a latency log")
     st.add_argument("log", nargs="?", help="latency log (default: the user state dir's)")
     st.add_argument("--json", action="store_true", help="machine-readable output")
