@@ -50,6 +50,10 @@ def _setup_logging(level: str) -> None:
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("fimls").setLevel(level)
+    # pygls logs a full traceback for every message it cannot deserialize (which may quote
+    # the message); the server answers those itself and logs one line instead.
+    logging.getLogger("pygls.protocol.json_rpc").addFilter(
+        lambda rec: not str(rec.msg).startswith("Unable to deserialize message"))
 
 
 def make_engine(options: Options, *, isolation: str | None = None) -> Any:

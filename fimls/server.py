@@ -50,6 +50,28 @@ class _Answered:
     jsonrpc = "answered"
 
 
+def _valid_id(msg_id: Any) -> bool:
+    return isinstance(msg_id, int | str) and not isinstance(msg_id, bool)
+
+
+def _invalid_message(data: dict[str, Any]) -> str | None:
+    """Why ``data`` is not a valid JSON-RPC 2.0 message ("response": a stray or malformed
+    response, which gets no reply); None if it is valid."""
+    if data.get("jsonrpc") != "2.0":
+        return "jsonrpc must be \"2.0\""
+    if "method" in data:
+        if not isinstance(data["method"], str):
+            return "method must be a string"
+        if "id" in data and not _valid_id(data["id"]):
+            return "id must be an integer or a string"
+        if "params" in data and not isinstance(data["params"], dict | list | type(None)):
+            return "params must be an object or an array"
+        return None
+    if "id" in data and ("result" in data or "error" in data):
+        return None
+    return "response" if "result" in data or "error" in data else "no method"
+
+
 class FimlsProtocol(LanguageServerProtocol):
     """pygls protocol whose text-document sync feeds our mirror instead of pygls's."""
 
@@ -59,6 +81,13 @@ class FimlsProtocol(LanguageServerProtocol):
         """Requests before ``initialize`` get the spec's ServerNotInitialized (-32002), and
         requests after ``shutdown`` InvalidRequest (-32600): pygls would drop them silently
         and leave the client waiting."""
+        if not hasattr(message, "jsonrpc"):
+            # Valid JSON but no message object: null, a number, an array (LSP has no
+            # batches), an object without "jsonrpc".
+            msg_id = message.get("id") if isinstance(message, dict) else None
+            self._invalid_request(msg_id if _valid_id(msg_id) else None,
+                                  "not a JSON-RPC 2.0 message object")
+            return
         method = getattr(message, "method", None)
         msg_id = getattr(message, "id", None)
         is_request = method is not None and msg_id is not None and hasattr(message, "params")
@@ -79,6 +108,19 @@ class FimlsProtocol(LanguageServerProtocol):
         pygls raises out of its JSON decoding here, which leaves the request unanswered
         (the client waits forever) and pops an "Error in server" message at the user.
         """
+        # json.loads calls this for every object, innermost first; only a message object
+        # carries "jsonrpc" (parameters never do).
+        if "jsonrpc" in data:
+            problem = _invalid_message(data)
+            if problem is not None:
+                msg_id = data.get("id")
+                if problem == "response":
+                    log.warning("unexpected response (id %r) ignored", msg_id)
+                else:
+                    self._invalid_request(msg_id if _valid_id(msg_id) else None, problem)
+                return _Answered()
+            if "method" in data and "params" not in data:
+                data = {**data, "params": None}  # optional in JSON-RPC
         try:
             return super().structure_message(data)
         except JsonRpcException as exc:
@@ -88,6 +130,11 @@ class FimlsProtocol(LanguageServerProtocol):
             else:
                 log.warning("invalid notification %s ignored", data.get("method"))
             return _Answered()
+
+    def _invalid_request(self, msg_id: int | str | None, why: str) -> None:
+        log.warning("invalid request: %s", why)
+        self._send_data({"jsonrpc": "2.0", "id": msg_id, "error": {
+            "code": -32600, "message": f"Invalid Request: {why}"}})
 
     @lsp_method(types.TEXT_DOCUMENT_DID_OPEN)
     def lsp_text_document__did_open(self, params: types.DidOpenTextDocumentParams) -> None:

@@ -218,3 +218,66 @@ def test_text_that_was_not_utf8_on_disk(raw: Raw) -> None:
     reply = raw.request("textDocument/inlineCompletion",
                         raw.inline_params("file:///w/ok.py", 1, 12), 120)
     assert reply["result"]["items"], reply
+
+
+@pytest.mark.parametrize(("body", "reply_id", "code"), [
+    (b"null", None, -32600),
+    (b"42", None, -32600),
+    (b'"text"', None, -32600),
+    (b'[{"jsonrpc": "2.0", "id": 1, "method": "fimls/status"}]', None, -32600),  # no batches
+    (b'{"jsonrpc": "2.0", "id": null, "method": "fimls/status"}', None, -32600),
+    (b'{"jsonrpc": "2.0", "id": 6, "method": 123}', 6, -32600),
+    (b'{"jsonrpc": "1.0", "id": 7, "method": "fimls/status"}', 7, -32600),
+    (b'{"jsonrpc": "2.0", "id": 8}', 8, -32600),
+    (b'{"id": 9, "method": "fimls/status"}', 9, -32600),
+    (b'{"jsonrpc": "2.0", "id": 10, "method": "$/unknown"}', 10, -32601),
+    (b'{"jsonrpc": "2.0", "id": 11, "method": "textDocument/inlineCompletion", '
+     b'"params": [1, 2]}', 11, -32602),
+    (b'{"jsonrpc": "2.0", "id": 12, "method": "textDocument/inlineCompletion", "params": '
+     b'{"textDocument": {"uri": "file:///a"}, "position": {"line": 1099511627776, '
+     b'"character": 0}, "context": {"triggerKind": 1}}}', 12, -32602),
+])
+def test_odd_messages_get_the_right_error(raw: Raw, body: bytes, reply_id: Any,
+                                          code: int) -> None:
+    raw.send(body)
+    reply = raw.recv_reply(reply_id)
+    assert reply is not None and reply["error"]["code"] == code
+    # Still alive and serving; params are optional.
+    assert raw.request("fimls/status", None)["result"]["serverPid"] == raw.proc.pid
+    raw.send({"jsonrpc": "2.0", "id": 99, "method": "fimls/status"})
+    assert "result" in (raw.recv_reply(99) or {})
+
+
+def test_messages_that_get_no_reply(raw: Raw) -> None:
+    raw.notify("foo/unknownNotification", {"x": 1})
+    raw.notify("$/unknownNotification", {})
+    raw.send({"jsonrpc": "2.0", "id": 4242, "result": {}})  # a response to nothing
+    raw.notify("textDocument/didOpen", {"textDocument": {"uri": "file:///x.py"}})  # bad params
+    raw.notify("textDocument/didChange", {  # a range whose end comes before its start
+        "textDocument": {"uri": "file:///x.py", "version": 2},
+        "contentChanges": [{"range": {"start": {"line": 5, "character": 0},
+                                      "end": {"line": 0, "character": 0}}, "text": "x"}]})
+    reply = raw.request("fimls/status", None)
+    assert reply["id"] != 4242 and "result" in reply
+
+
+@pytest.mark.parametrize("n_ctx", ["64", "128"])
+def test_context_smaller_than_the_prompt(n_ctx: str) -> None:
+    """n_ctx far below the document (and, at 64, below prompt budget + max tokens)."""
+    peer = Raw("--n-ctx", n_ctx)
+    try:
+        peer.request("initialize", {"capabilities": {}})
+        peer.notify("initialized", {})
+        peer.wait_ready()
+        body = "".join(f"def function_{i}(x):\n    return x * {i}\n\n" for i in range(300))
+        peer.open("file:///w/long.py", body + "def function_300(x):\n    return ")
+        for _ in range(2):
+            reply = peer.request("textDocument/inlineCompletion",
+                                 peer.inline_params("file:///w/long.py", 901, 11), 120)
+            assert isinstance(reply["result"]["items"], list)
+        if n_ctx == "128":
+            assert reply["result"]["items"], "a windowed prompt still completes"
+        assert peer.request("fimls/status", None)["result"]["state"] == "ready"
+    finally:
+        peer.proc.kill()
+        peer.proc.wait(10)

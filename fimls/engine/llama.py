@@ -233,8 +233,10 @@ class LlamaModel:
             self._model = None
             raise ModelLoadError(f"could not create a context (n_ctx={n_ctx}) for {path}")
         self.n_ctx = L.llama_n_ctx(self._ctx)
-        self.n_batch = n_batch
-        self._batch = L.llama_batch_init(n_batch, 0, 1)
+        # llama.cpp caps the batch at n_ctx (and asserts, aborting the process, if a
+        # larger one is decoded): use what the context actually took.
+        self.n_batch = min(n_batch, int(L.llama_n_batch(self._ctx)), self.n_ctx)
+        self._batch = L.llama_batch_init(self.n_batch, 0, 1)
         self._mem = L.llama_get_memory(self._ctx)
 
         @L.ggml_abort_callback

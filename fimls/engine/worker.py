@@ -105,9 +105,12 @@ class ProcessEngine:
         self._closing = False
         self._current: str | None = None
         self.exit_reason: str | None = None
+        # On an assert, ggml attaches gdb to print a backtrace: seconds of delay and a
+        # screenful of noise where one line (the assert) says what happened.
+        env = {**os.environ, "GGML_NO_BACKTRACE": "1"}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "fimls.engine.worker"], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0, env=env)
         assert self.proc.stdin and self.proc.stdout and self.proc.stderr
         self._stdin = self.proc.stdin
         self._stderr_thread = threading.Thread(target=self._pump_stderr, daemon=True,
