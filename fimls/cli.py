@@ -269,6 +269,7 @@ def cmd_soak(args: argparse.Namespace) -> int:
     print(text)
     (out / "soak.json").write_text(json.dumps({
         "requests": res.requests, "seconds": res.seconds, "rss_kib": res.rss,
+        "rss_series_kib": res.rss_series,
         "errors": res.errors, "outcomes": res.outcomes,
         "latency_ms": {"p50": soak.percentile(res.latencies_ms, 50),
                        "p95": soak.percentile(res.latencies_ms, 95)},

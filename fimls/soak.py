@@ -83,6 +83,7 @@ class SoakResult:
     waited_ms: list[float] = field(default_factory=list)  # requests the client awaited
     rss: dict[str, dict[str, int]] = field(default_factory=dict)
     outcomes: dict[str, int] = field(default_factory=dict)
+    rss_series: list[tuple[int, int]] = field(default_factory=list)  # (requests, KiB)
     seconds: float = 0.0
 
 
@@ -250,10 +251,15 @@ async def _soak(cmd: list[str], texts: list[str], n_requests: int, warmup: int, 
         # Keep documents from growing or shrinking without bound.
         if len(doc.text) > 20000:
             edit(doc, 0, len(doc.text) - 12000, "")
-        if progress and res.requests >= next_report:
+        if res.requests >= next_report:
             next_report += 500
-            print(f"  {res.requests:>6} requests, {len(res.errors)} errors, "
-                  f"{time.perf_counter() - t_start:6.0f} s", file=sys.stderr, flush=True)
+            st = await status()
+            worker_mib = rss_kib(st.workerPid) / 1024
+            res.rss_series.append((res.requests, rss_kib(st.serverPid) + rss_kib(st.workerPid)))
+            if progress:
+                print(f"  {res.requests:>6} requests, {len(res.errors)} errors, "
+                      f"{time.perf_counter() - t_start:6.0f} s, worker RSS "
+                      f"{worker_mib:.1f} MiB", file=sys.stderr, flush=True)
     snapshot("end", await status())
     res.seconds = time.perf_counter() - t_start
     await client.shutdown_async(None)

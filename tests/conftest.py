@@ -27,3 +27,9 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.section("speculative decoding: lossless check")
         for line in lines:
             terminalreporter.write_line(line)
+    from tests.figures import FIGURES
+
+    if FIGURES:
+        terminalreporter.section("reliability: measured figures")
+        for line in FIGURES:
+            terminalreporter.write_line(line)

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from lsprotocol import types
 
+from tests.figures import report
 from tests.lsp_helpers import end_position, humaneval, inline, insert, open_doc, read_log, session
 
 pytestmark = pytest.mark.asyncio
@@ -123,6 +124,6 @@ async def test_cancel_storm(tmp_path: Path) -> None:
     p95 = after_edit[int(len(after_edit) * 0.95)]
     outcomes = {o: sum(r["outcome"] == o for r in recs)
                 for o in ("returned", "empty", "superseded", "cancelled")}
-    print(f"cancel storm: {REQUESTS} requests on {DOCS} documents, all answered, {outcomes}; "
+    report(f"cancel storm: {REQUESTS} requests on {DOCS} documents, all answered, {outcomes}; "
           f"superseded answered {p50:.1f} ms (p50) / {p95:.1f} ms (p95) after the keystroke "
           f"that superseded them; {reached} reached the model, never two at once")

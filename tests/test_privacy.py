@@ -27,6 +27,7 @@ import pytest
 from lsprotocol import types
 
 from fimls.models import cache_dir
+from tests.figures import report
 from tests.lsp_helpers import end_position, inline, insert, open_doc, session
 
 pytestmark = pytest.mark.asyncio
@@ -123,6 +124,6 @@ async def test_no_network_no_text_in_logs_no_execution_no_stray_reads(
                                                          "/usr", "/lib", "/lib64"))]
     stray = sorted(str(p) for p in paths if not any(p.is_relative_to(a) for a in allowed))
     assert not stray, stray
-    print(f"privacy: {len(events)} audited events in {len(pids)} processes, "
+    report(f"privacy: {len(events)} audited events in {len(pids)} processes, "
           f"{len(paths)} files opened, none in the workspace; strace: "
           f"{'no inet sockets' if traced else 'not available'}")
