@@ -393,8 +393,13 @@ class FimlsServer(LanguageServer):
             log.debug("%s without a requestId ignored", event)
             return
         length = getattr(params, "acceptedLength", None)
-        self.latency_log.write_event(event, str(rid), uri=getattr(params, "uri", None),
-                                     accepted_length=int(length) if length is not None else None)
+        uri = getattr(params, "uri", None)
+        if not isinstance(rid, str | int) or isinstance(rid, bool):
+            log.warning("%s with a requestId that is not a string ignored", event)
+            return
+        self.latency_log.write_event(
+            event, str(rid), uri=uri if isinstance(uri, str) else None,
+            accepted_length=length if isinstance(length, int) and length >= 0 else None)
 
 
 def build_server(options: Options, engine_factory: EngineFactory) -> FimlsServer:

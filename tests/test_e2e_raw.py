@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import random
 import select
 import subprocess
 import sys
@@ -22,6 +24,7 @@ class Raw:
                                       "ERROR", *args], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         self._ids = itertools.count(1000)
+        self._buf = b""
 
     def send(self, obj: Any) -> None:
         body = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
@@ -29,17 +32,33 @@ class Raw:
         self.proc.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
         self.proc.stdin.flush()
 
-    def recv(self, timeout: float = 10.0) -> dict[str, Any] | None:
+    def _fill(self, deadline: float) -> bool:
+        # Our own buffer over the raw fd: select() cannot see bytes a buffered reader
+        # already pulled in, which would hang a reply that arrived with a notification.
         out = self.proc.stdout
         assert out is not None
-        ready, _, _ = select.select([out], [], [], timeout)
+        ready, _, _ = select.select([out], [], [], max(0.0, deadline - time.monotonic()))
         if not ready:
-            return None
-        header = b""
-        while not header.endswith(b"\r\n\r\n"):
-            header += out.read(1)
+            return False
+        chunk = os.read(out.fileno(), 65536)
+        if not chunk:
+            return False
+        self._buf += chunk
+        return True
+
+    def recv(self, timeout: float = 10.0) -> dict[str, Any] | None:
+        deadline = time.monotonic() + timeout
+        while b"\r\n\r\n" not in self._buf:
+            if not self._fill(deadline):
+                return None
+        header, rest = self._buf.split(b"\r\n\r\n", 1)
         n = int(header.split(b"Content-Length: ")[1].split(b"\r\n")[0])
-        return dict(json.loads(out.read(n)))
+        while len(rest) < n:
+            if not self._fill(deadline + 30):
+                return None
+            header, rest = self._buf.split(b"\r\n\r\n", 1)
+        self._buf = rest[n:]
+        return dict(json.loads(rest[:n]))
 
     def recv_reply(self, msg_id: Any, timeout: float = 10.0) -> dict[str, Any] | None:
         """The response to ``msg_id``, skipping notifications and server requests."""
@@ -281,3 +300,88 @@ def test_context_smaller_than_the_prompt(n_ctx: str) -> None:
     finally:
         peer.proc.kill()
         peer.proc.wait(10)
+
+
+def _bad_model(kind: str, tmp: Path) -> Path:
+    from fimls.models import resolve_model
+
+    path = tmp / f"{kind}.gguf"
+    if kind == "missing":
+        return path
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "empty":
+        path.write_bytes(b"")
+    elif kind == "truncated":
+        with resolve_model(None).open("rb") as fh:
+            path.write_bytes(fh.read(3_000_000))
+    elif kind == "random":
+        path.write_bytes(random.Random(3).randbytes(1_000_000))
+    elif kind == "random-with-magic":
+        path.write_bytes(b"GGUF" + random.Random(4).randbytes(1_000_000))
+    return path
+
+
+@pytest.mark.parametrize("kind", ["missing", "directory", "empty", "truncated", "random",
+                                  "random-with-magic"])
+def test_bad_model_files(kind: str, tmp_path: Path) -> None:
+    """One clear error naming the file; empty answers; then a good model (set through
+    didChangeConfiguration) serves the next request."""
+    path = _bad_model(kind, tmp_path)
+    peer = Raw("--model", str(path))
+    try:
+        peer.request("initialize", {"capabilities": {}})
+        peer.notify("initialized", {})
+        deadline = time.monotonic() + 60
+        while (st := peer.request("fimls/status", None)["result"])["state"] != "failed":
+            assert time.monotonic() < deadline and st["state"] in ("idle", "loading"), st
+            time.sleep(0.05)
+        assert str(path) in st["error"]
+        peer.open("file:///w/a.py", "def add(a, b):\n    return a")
+        reply = peer.request("textDocument/inlineCompletion",
+                             peer.inline_params("file:///w/a.py", 1, 12))
+        assert reply["result"]["items"] == []
+        peer.notify("workspace/didChangeConfiguration", {"settings": {"fimls": {"model": None}}})
+        time.sleep(0.2)
+        peer.wait_ready()
+        reply = peer.request("textDocument/inlineCompletion",
+                             peer.inline_params("file:///w/a.py", 1, 12), 120)
+        assert reply["result"]["items"], reply
+    finally:
+        peer.proc.kill()
+        peer.proc.wait(10)
+
+
+def test_unusual_uris_and_odd_notifications(raw: Raw) -> None:
+    """URIs of every shape editors use, versions going backwards, reopening, closing what
+    was never opened, outcome notifications and settings of the wrong types."""
+    raw.wait_ready()
+    uris = ["untitled:Untitled-1", "file:///home/u/My%20Project/src/a%C3%A9.py",
+            "vscode-notebook-cell:/x.ipynb#W0sZmlsZQ%3D%3D", "file:///C:/Users/x/a.py",
+            "weird", "", "file://host/share/a.py"]
+    for uri in uris:
+        raw.open(uri, "def add(a, b):\n    return a")
+        reply = raw.request("textDocument/inlineCompletion", raw.inline_params(uri, 1, 12), 60)
+        assert isinstance(reply["result"]["items"], list), (uri, reply)
+    raw.open("file:///v.py", "x = 1\n")
+    raw.notify("textDocument/didChange", {"textDocument": {"uri": "file:///v.py", "version": 0},
+                                          "contentChanges": [{"text": "y = 2\n"}]})
+    raw.open("file:///v.py", "def sub(a, b):\n    return a")  # reopened without a close
+    raw.notify("textDocument/didClose", {"textDocument": {"uri": "file:///never.py"}})
+    raw.notify("fimls/didPartiallyAccept", {"requestId": 5, "acceptedLength": "x"})
+    raw.notify("fimls/didShowCompletion", None)
+    raw.notify("fimls/didAccept", {"requestId": {"nested": True}})
+    raw.notify("workspace/didChangeConfiguration", {"settings": None})
+    raw.notify("workspace/didChangeConfiguration", {"settings": {"fimls": {
+        "maxTokens": "lots", "nCtx": -5, "unknownKey": 1, "completion": [1]}}})
+    reply = raw.request("workspace/executeCommand", {"command": "fimls.acceptCompletion",
+                                                     "arguments": [{"weird": 1}, None, 5]})
+    assert "result" in reply
+    reply = raw.request("workspace/executeCommand", {"command": "no.such.command"})
+    assert reply["error"]["code"] == -32602
+    state = raw.request("fimls/documentState", {"textDocument": {"uri": "file:///v.py"}})
+    assert state["result"]["length"] == len("def sub(a, b):\n    return a")
+    reply = raw.request("textDocument/inlineCompletion",
+                        raw.inline_params("file:///v.py", 1, 12), 60)
+    assert reply["result"]["items"], reply
+    assert raw.request("fimls/status", None)["result"]["state"] == "ready"
