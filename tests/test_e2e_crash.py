@@ -8,6 +8,7 @@ editor is told, and completions resume within 5 s from a fresh worker.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
@@ -89,3 +90,37 @@ async def test_worker_death_is_survived(tmp_path: Path, capfd: pytest.CaptureFix
     report(f"engine worker killed 3 times (kill -9 mid-request, SIGSEGV and SIGABRT while "
            f"idle): the request in flight answered, completions resumed {took:.2f} s after "
            f"the kill -9 and {took_again:.2f} s after the last signal; server pid unchanged")
+
+
+async def test_hung_worker_is_killed_and_replaced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capfd: pytest.CaptureFixture[str]) -> None:
+    """A worker that stops responding (SIGSTOP stands in for a deadlock) is killed once it
+    ignores a cancel for the grace period, and replaced."""
+    monkeypatch.setenv("FIMLS_CANCEL_GRACE_S", "2")
+    task = humaneval("Multi", n=3)[1]
+    async with session(args=["--max-tokens", "128"]) as (client, _):
+        uri = (tmp_path / "h.py").as_uri()
+        open_doc(client, uri, task["prefix"] + task["suffix"])
+        line, col = end_position(task["prefix"])
+        first = await status(client)
+        pending = asyncio.ensure_future(inline(client, uri, line, col))
+        await asyncio.sleep(0.2)
+        os.kill(first.workerPid, signal.SIGSTOP)
+        stopped = time.monotonic()
+        try:
+            # A newer request supersedes the stuck one: that one is answered at once.
+            newer = asyncio.ensure_future(inline(client, uri, line, col))
+            res = await asyncio.wait_for(pending, 5)
+            assert res is not None and not res.items
+            await asyncio.wait_for(newer, 30)
+            await resumes(client, uri, line, col, limit=15.0)
+            took = time.monotonic() - stopped
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(first.workerPid, signal.SIGCONT)
+        st = await status(client)
+        assert st.state == "ready" and st.workerPid != first.workerPid and st.restarts == 1
+    err = capfd.readouterr().err
+    assert "did not stop within 2 s of a cancel: killing it" in err
+    report(f"hung engine worker (SIGSTOP) killed 2 s after ignoring a cancel and replaced: "
+           f"completions resumed {took:.2f} s after the stop")

@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 _HEADER = struct.Struct("<I")
 _DEAD = ("dead",)
 STDERR_TAIL_LINES = 20
+CANCEL_GRACE_S = float(os.environ.get("FIMLS_CANCEL_GRACE_S", "5"))
 
 
 class WorkerDied(EngineError):
@@ -100,7 +101,7 @@ class ProcessEngine:
         self.warnings: list[str] = []
         self.on_exit: Callable[[str], None] | None = None
         self._replies: queue.Queue[tuple[Any, ...]] = queue.Queue()
-        self._send_lock = threading.Lock()
+        self._outbox: queue.Queue[tuple[Any, ...] | None] = queue.Queue()
         self._stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
         self._closing = False
         self._current: str | None = None
@@ -118,8 +119,8 @@ class ProcessEngine:
         self._stderr_thread.start()
         threading.Thread(target=self._pump_replies, daemon=True,
                          name="fimls-worker-replies").start()
-        with contextlib.suppress(OSError):  # a death shows up as the reply below
-            self._post(("load", cfg, log_level))
+        threading.Thread(target=self._pump_out, daemon=True, name="fimls-worker-out").start()
+        self._post(("load", cfg, log_level))  # a death shows up as the reply below
         reply = self._replies.get()
         if reply[0] == "ready":
             self.model_name = reply[1]
@@ -139,9 +140,17 @@ class ProcessEngine:
 
     # -- pipes -----------------------------------------------------------------------------
 
-    def _post(self, msg: tuple[Any, ...]) -> None:
-        with self._send_lock:
-            _send(self._stdin, msg)
+    def _post(self, msg: tuple[Any, ...] | None) -> None:
+        # Never write from the caller's thread: a stopped or hung worker fills the pipe,
+        # and the scheduler (holding its lock on the event loop thread) must not block.
+        self._outbox.put(msg)
+
+    def _pump_out(self) -> None:
+        while (msg := self._outbox.get()) is not None:
+            try:
+                _send(self._stdin, msg)
+            except (OSError, ValueError):
+                return  # the worker is gone; the reply pump reports it
 
     def _pump_replies(self) -> None:
         out = self.proc.stdout
@@ -188,18 +197,25 @@ class ProcessEngine:
         """Run ``req`` in the worker; ``cancelled`` is polled and forwarded."""
         t0 = time.monotonic()
         self._current = req.request_id
-        try:
-            self._post(("complete", req))
-        except OSError as exc:
-            raise WorkerDied(f"engine worker unreachable: {exc}") from exc
-        sent_cancel = False
+        self._post(("complete", req))
+        cancel_at: float | None = None
         try:
             while True:
                 try:
                     reply = self._replies.get(timeout=0.05)
                 except queue.Empty:
-                    if not sent_cancel and cancelled():
-                        sent_cancel = self._cancel(req.request_id)
+                    if cancel_at is None and cancelled():
+                        self._cancel(req.request_id)
+                        cancel_at = time.monotonic()
+                    elif (cancel_at is not None and self.proc.poll() is None
+                          and time.monotonic() - cancel_at > CANCEL_GRACE_S):
+                        # A worker that cannot stop is hung (a deadlock, a stopped process,
+                        # native code that never polls the abort flag): end it, so that the
+                        # usual death path answers and restarts.
+                        log.error("the engine worker (pid %d) did not stop within %.0f s of "
+                                  "a cancel: killing it", self.proc.pid, CANCEL_GRACE_S)
+                        self.proc.kill()
+                        cancel_at = float("inf")
                     continue
                 if reply is _DEAD or reply[0] == "dead":
                     raise WorkerDied(f"engine worker {self.exit_reason}")
@@ -222,23 +238,21 @@ class ProcessEngine:
         if self._current == request_id:
             self._cancel(request_id)
 
-    def _cancel(self, request_id: str) -> bool:
-        with contextlib.suppress(OSError):
-            self._post(("cancel", request_id))
-        return True
+    def _cancel(self, request_id: str) -> None:
+        self._post(("cancel", request_id))
 
     def reset(self) -> None:
         """Forget the KV cache and remembered suggestions."""
         if self.proc.poll() is None:
-            with contextlib.suppress(OSError):
-                self._post(("reset",))
+            self._post(("reset",))
 
     def close(self, timeout: float = 3.0) -> None:
         """Stop the worker (politely, then not)."""
         self._closing = True
         if self.proc.poll() is None:
-            with contextlib.suppress(OSError):
-                self._post(("close",))
+            self._post(("close",))
+        self._post(None)  # ends the writer thread
+        if self.proc.poll() is None:
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
