@@ -248,13 +248,13 @@ def run_engine_bench(engine: Any, sets: list[tuple[str, list[Task]]], configs: l
     return runs
 
 
-async def _keystroke_session(cmd: list[str], tasks: list[Task], chars: int, typed: str,
-                             progress: Callable[[str], None] | None) -> list[dict[str, Any]]:
-    """Drive one ``fimls serve``: ask, then type the suggestion one character at a time."""
+async def start_client(cmd: list[str], name: str, timeout: float = 600.0) -> Any:
+    """Start ``cmd`` (a ``fimls serve``), initialize it as an editor with progress support
+    would, and return the pygls client once the model-loading progress has ended."""
     from lsprotocol import types
     from pygls.lsp.client import LanguageClient
 
-    client = LanguageClient("fimls-bench", "1")
+    client = LanguageClient(name, "1")
     await client.start_io(cmd[0], *cmd[1:])
     ready = asyncio.Event()
 
@@ -272,7 +272,16 @@ async def _keystroke_session(cmd: list[str], tasks: list[Task], chars: int, type
         capabilities=types.ClientCapabilities(
             window=types.WindowClientCapabilities(work_done_progress=True))))
     client.initialized(types.InitializedParams())
-    await asyncio.wait_for(ready.wait(), 300)
+    await asyncio.wait_for(ready.wait(), timeout)
+    return client
+
+
+async def _keystroke_session(cmd: list[str], tasks: list[Task], chars: int, typed: str,
+                             progress: Callable[[str], None] | None) -> list[dict[str, Any]]:
+    """Drive one ``fimls serve``: ask, then type the suggestion one character at a time."""
+    from lsprotocol import types
+
+    client = await start_client(cmd, "fimls-bench")
     out: list[dict[str, Any]] = []
 
     async def ask(uri: str, line: int, col: int) -> tuple[str, float]:
@@ -347,13 +356,14 @@ def run_keystroke_bench(serve_args: list[str], tasks: list[Task], chars: int, ou
     summary: dict[str, Any] = {}
     for cfg, rows in results.items():
         follow = [ms for r in rows for ms in r["follow_ms"]]
-        recs = [r for r in read_records(logs[cfg]) if (r.get("version") or 0) > 1]
+        records = list(read_records(logs[cfg]))
+        recs = [r for r in records if (r.get("version") or 0) > 1]
         through = [r for r in recs if r.get("evaluated_tokens", 1) > 0]
         tail = [r for r in through if r.get("draft") == "tail"]
         drafted = sum(int(r.get("drafted_tokens", 0)) for r in through)
         accepted = sum(int(r.get("accepted_tokens", 0)) for r in through)
         # Time spent crossing to the engine worker process and back (0 in thread mode).
-        hops = [float(r.get("hop_ms", 0.0)) for r in read_records(logs[cfg])
+        hops = [float(r.get("hop_ms", 0.0)) for r in records
                 if r.get("outcome") in ("returned", "empty")]
         summary[cfg] = {"requests": len(follow), "follow_p50_ms": percentile(follow, 50),
                         "hop_p50_ms": percentile(hops, 50), "hop_p95_ms": percentile(hops, 95),

@@ -48,8 +48,7 @@ class _Job:
     finished: bool = False
     # A running job that is cancelled is answered at once; its record is written when the
     # engine has actually let go of it (so the log shows how long it held the model).
-    answered: bool = False
-    answered_ms: float = 0.0
+    answered_ms: float | None = None  # when set: the client already has its (empty) answer
 
 
 class Scheduler:
@@ -170,10 +169,8 @@ class Scheduler:
                             request_id=job.req.request_id, model=self.model_name,
                             outcome=reason,
                             total_ms=(time.monotonic() - job.req.created) * 1000.0)
-        job.answered = True
+        self._respond(job, CompletionResult(text="", record=rec))
         job.answered_ms = rec.total_ms
-        if job.future.set_running_or_notify_cancel():
-            job.future.set_result(CompletionResult(text="", record=rec))
         interrupt = getattr(self._engine, "interrupt", None)
         if interrupt is not None:
             # An engine in another process hears about it now rather than at its next poll.
@@ -194,14 +191,20 @@ class Scheduler:
             rec.error = error
         if record is None:
             rec.total_ms = (time.monotonic() - job.req.created) * 1000.0
-        if job.answered:
+        if job.answered_ms is not None:
             rec.total_ms = job.answered_ms  # what the client waited
         if self._by_uri.get(job.req.uri) is job:
             del self._by_uri[job.req.uri]
         self._by_id.pop(job.req.request_id, None)
         self.latency_log.write(rec)
-        if not job.answered and job.future.set_running_or_notify_cancel():
-            job.future.set_result(CompletionResult(text=text, record=rec))
+        if job.answered_ms is None:
+            self._respond(job, CompletionResult(text=text, record=rec))
+
+    @staticmethod
+    def _respond(job: _Job, result: CompletionResult) -> None:
+        # The awaiter may have cancelled the future already ($/cancelRequest).
+        if job.future.set_running_or_notify_cancel():
+            job.future.set_result(result)
 
     # -- worker --------------------------------------------------------------------------
 

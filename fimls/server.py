@@ -85,20 +85,17 @@ class FimlsProtocol(LanguageServerProtocol):
             # Valid JSON but no message object: null, a number, an array (LSP has no
             # batches), an object without "jsonrpc".
             msg_id = message.get("id") if isinstance(message, dict) else None
-            self._invalid_request(msg_id if _valid_id(msg_id) else None,
-                                  "not a JSON-RPC 2.0 message object")
+            self._invalid_request(msg_id, "not a JSON-RPC 2.0 message object")
             return
         method = getattr(message, "method", None)
         msg_id = getattr(message, "id", None)
         is_request = method is not None and msg_id is not None and hasattr(message, "params")
         if (self._workspace is None and is_request
                 and method not in (types.INITIALIZE, types.EXIT)):
-            self._send_data({"jsonrpc": "2.0", "id": msg_id, "error": {
-                "code": -32002, "message": "server not initialized"}})
+            self.send_error(msg_id, -32002, "server not initialized")
             return
         if self._shutdown and is_request and method != types.EXIT:
-            self._send_data({"jsonrpc": "2.0", "id": msg_id, "error": {
-                "code": -32600, "message": "server is shutting down"}})
+            self.send_error(msg_id, -32600, "server is shutting down")
             return
         super().handle_message(message)
 
@@ -117,7 +114,7 @@ class FimlsProtocol(LanguageServerProtocol):
                 if problem == "response":
                     log.warning("unexpected response (id %r) ignored", msg_id)
                 else:
-                    self._invalid_request(msg_id if _valid_id(msg_id) else None, problem)
+                    self._invalid_request(msg_id, problem)
                 return _Answered()
             if "method" in data and "params" not in data:
                 data = {**data, "params": None}  # optional in JSON-RPC
@@ -131,10 +128,14 @@ class FimlsProtocol(LanguageServerProtocol):
                 log.warning("invalid notification %s ignored", data.get("method"))
             return _Answered()
 
-    def _invalid_request(self, msg_id: int | str | None, why: str) -> None:
+    def send_error(self, msg_id: Any, code: int, message: str) -> None:
+        """A JSON-RPC error reply; an id that is not usable becomes null."""
+        self._send_data({"jsonrpc": "2.0", "id": msg_id if _valid_id(msg_id) else None,
+                         "error": {"code": code, "message": message}})
+
+    def _invalid_request(self, msg_id: Any, why: str) -> None:
         log.warning("invalid request: %s", why)
-        self._send_data({"jsonrpc": "2.0", "id": msg_id, "error": {
-            "code": -32600, "message": f"Invalid Request: {why}"}})
+        self.send_error(msg_id, -32600, f"Invalid Request: {why}")
 
     @lsp_method(types.TEXT_DOCUMENT_DID_OPEN)
     def lsp_text_document__did_open(self, params: types.DidOpenTextDocumentParams) -> None:
@@ -157,6 +158,8 @@ EngineFactory = Callable[[Options], EngineLike]
 
 class FimlsServer(LanguageServer):
     """fimls's language server: documents, options, the scheduler and the latency log."""
+
+    protocol: FimlsProtocol
 
     def __init__(self, options: Options, engine_factory: EngineFactory) -> None:
         super().__init__("fimls", __version__, protocol_cls=FimlsProtocol,
@@ -184,8 +187,7 @@ class FimlsServer(LanguageServer):
         """
         if isinstance(error, json.JSONDecodeError):
             log.warning("malformed JSON from the client: %s", error)
-            self.protocol._send_data({"jsonrpc": "2.0", "id": None, "error": {
-                "code": -32700, "message": f"Parse error: {error}"}})
+            self.protocol.send_error(None, -32700, f"Parse error: {error}")
             return
         # The message of an arbitrary exception may quote document text: type only.
         log.error("server error (%s): %s", getattr(source, "__name__", source),
@@ -392,11 +394,11 @@ class FimlsServer(LanguageServer):
         if rid is None:
             log.debug("%s without a requestId ignored", event)
             return
-        length = getattr(params, "acceptedLength", None)
-        uri = getattr(params, "uri", None)
-        if not isinstance(rid, str | int) or isinstance(rid, bool):
+        if not _valid_id(rid):
             log.warning("%s with a requestId that is not a string ignored", event)
             return
+        length = getattr(params, "acceptedLength", None)
+        uri = getattr(params, "uri", None)
         self.latency_log.write_event(
             event, str(rid), uri=uri if isinstance(uri, str) else None,
             accepted_length=length if isinstance(length, int) and length >= 0 else None)

@@ -90,29 +90,12 @@ class SoakResult:
 async def _soak(cmd: list[str], texts: list[str], n_requests: int, warmup: int, seed: int,
                 log_path: Path, progress: bool) -> SoakResult:
     from lsprotocol import types
-    from pygls.lsp.client import LanguageClient
+
+    from fimls.bench import start_client
 
     rng = random.Random(seed)
     res = SoakResult()
-    client = LanguageClient("fimls-soak", "1")
-    await client.start_io(cmd[0], *cmd[1:])
-    ready = asyncio.Event()
-
-    @client.feature(types.WINDOW_WORK_DONE_PROGRESS_CREATE)
-    def _create(params: types.WorkDoneProgressCreateParams) -> None:
-        return None
-
-    @client.feature(types.PROGRESS)
-    def _progress(params: types.ProgressParams) -> None:
-        value = params.value
-        if isinstance(value, dict) and value.get("kind") == "end":
-            ready.set()
-
-    await client.initialize_async(types.InitializeParams(
-        capabilities=types.ClientCapabilities(
-            window=types.WindowClientCapabilities(work_done_progress=True))))
-    client.initialized(types.InitializedParams())
-    await asyncio.wait_for(ready.wait(), 600)
+    client = await start_client(cmd, "fimls-soak")
 
     async def status() -> Any:
         return await client.protocol.send_request_async("fimls/status", None)

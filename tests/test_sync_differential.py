@@ -1,10 +1,11 @@
 """Differential sync through ``fimls serve``: random incremental edits, the server's text
 must equal the client's after every sequence.
 
-The client side is an independent reference written here from the LSP spec (line ends are
-``\\n``, ``\\r\\n`` and ``\\r`` only; positions count UTF-8 bytes, UTF-16 code units or code
-points as negotiated; a character past the end of a line means the end of the line, a line
-past the end of the document means its end). The server reports a digest of its copy
+The client side is the reference implementation of tests/test_documents.py, written from
+the LSP spec independently of ``fimls.documents`` (line ends are ``\\n``, ``\\r\\n`` and
+``\\r`` only; positions count UTF-8 bytes, UTF-16 code units or code points as negotiated;
+a character past the end of a line means the end of the line, a line past the end of the
+document means its end). The server reports a digest of its copy
 (``fimls/documentState``). The characters pygls gets wrong (``\\f``, U+2028, ``\\x85``) are
 all in the alphabet, with CRLF, lone CR and non-BMP characters.
 """
@@ -20,60 +21,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fimls.documents import Pos, coerce_encoding
 from tests.figures import report
+from tests.test_documents import ref_lines, ref_offset, ref_position, ref_width
 from tests.test_e2e_raw import Raw
 
 ALPHABET = ["a", "b", "z", " ", "\t", "\n", "\r", "\r\n", "\f", "\v", "\u2028", "\u2029",
             "\x85", "\x1c", "é", "€", "😀", "𝄞", "中", "\u0301", "\x00"]
 ENCODINGS = ("utf-16", "utf-8", "utf-32")
 PER_ENCODING = 340  # 1,020 sequences in all
-
-
-def units(ch: str, encoding: str) -> int:
-    if encoding == "utf-8":
-        return len(ch.encode("utf-8"))
-    if encoding == "utf-16":
-        return 2 if ord(ch) > 0xFFFF else 1
-    return 1
-
-
-def ref_lines(text: str) -> list[tuple[int, int]]:
-    """(start, end-of-content) offsets of each line; line ends per the LSP spec only."""
-    out: list[tuple[int, int]] = []
-    start = i = 0
-    while i < len(text):
-        if text[i] == "\r" and text[i + 1:i + 2] == "\n":
-            out.append((start, i))
-            i += 2
-            start = i
-        elif text[i] in "\r\n":
-            out.append((start, i))
-            i += 1
-            start = i
-        else:
-            i += 1
-    out.append((start, len(text)))
-    return out
-
-
-def ref_offset(text: str, line: int, character: int, encoding: str) -> int:
-    lines = ref_lines(text)
-    if line >= len(lines):
-        return len(text)
-    start, end = lines[line]
-    count = 0
-    for i in range(start, end):
-        if count >= character:
-            return i
-        count += units(text[i], encoding)
-    return end
-
-
-def ref_position(text: str, offset: int, encoding: str) -> tuple[int, int]:
-    for n, (start, end) in enumerate(ref_lines(text)):
-        if start <= offset <= end:
-            return n, sum(units(c, encoding) for c in text[start:offset])
-    raise AssertionError("offset inside a line end")
 
 
 def boundaries(text: str) -> list[int]:
@@ -109,6 +65,7 @@ _uris = itertools.count()
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 def test_server_text_equals_client_text(peer: tuple[Raw, str], data: st.DataObject) -> None:
     raw, encoding = peer
+    enc = coerce_encoding(encoding)
     uri = f"file:///sync/{next(_uris)}.txt"
     text = data.draw(texts, "initial")
     raw.open(uri, text)
@@ -124,17 +81,17 @@ def test_server_text_equals_client_text(peer: tuple[Raw, str], data: st.DataObje
                 continue
             cuts = boundaries(text)
             a, b = sorted((data.draw(st.sampled_from(cuts)), data.draw(st.sampled_from(cuts))))
-            (sl, sc), (el, ec) = ref_position(text, a, encoding), ref_position(text, b, encoding)
+            start, end = ref_position(text, a, enc), ref_position(text, b, enc)
             if data.draw(st.integers(0, 9), "past end") == 0:
                 # Past the end of the line (or the document): the spec clamps.
-                start, end = ref_lines(text)[el]
-                ec = sum(units(c, encoding) for c in text[start:end]) + data.draw(
-                    st.integers(1, 5))
-                if data.draw(st.booleans()):
-                    el += 50
-                b = ref_offset(text, el, ec, encoding)
-            changes.append({"range": {"start": {"line": sl, "character": sc},
-                                      "end": {"line": el, "character": ec}}, "text": new})
+                lo, hi = ref_lines(text)[end.line]
+                end = Pos(end.line + (50 if data.draw(st.booleans()) else 0),
+                          sum(ref_width(c, enc) for c in text[lo:hi]) + data.draw(
+                              st.integers(1, 5)))
+                b = ref_offset(text, end, enc)
+            changes.append({"range": {
+                "start": {"line": start.line, "character": start.character},
+                "end": {"line": end.line, "character": end.character}}, "text": new})
             text = text[:a] + new + text[b:]
         version += 1
         raw.notify("textDocument/didChange", {

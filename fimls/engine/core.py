@@ -31,11 +31,11 @@ import numpy as np
 from fimls.drafting import Draft, DraftPolicy, PromptLookupDraft
 from fimls.engine.api import CompletionRequest, CompletionResult, EngineConfig
 from fimls.engine.llama import LlamaModel, ModelLoadError
-
-__all__ = ["Cancelled", "Engine", "EngineConfig"]
 from fimls.latency import LatencyRecord
 from fimls.postprocess import CursorContext, StopPolicy, finalize
 from fimls.prompt import FimTemplate, Prompt, PromptInput, build_prompt, detect_template
+
+__all__ = ["Cancelled", "Engine", "EngineConfig"]
 
 log = logging.getLogger(__name__)
 

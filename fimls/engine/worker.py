@@ -217,7 +217,7 @@ class ProcessEngine:
                         self.proc.kill()
                         cancel_at = float("inf")
                     continue
-                if reply is _DEAD or reply[0] == "dead":
+                if reply is _DEAD:
                     raise WorkerDied(f"engine worker {self.exit_reason}")
                 if reply[1] != req.request_id:
                     continue  # a late answer to an earlier request

@@ -111,35 +111,36 @@ local function accept_part(buf, part)
   return true
 end
 
---- Accept the whole suggestion.
-function M.accept(buf)
+-- Accept the part of the shown suggestion that `pick` chooses from its text.
+local function accept_with(buf, pick)
   buf = buf or vim.api.nvim_get_current_buf()
   local st = M.state[buf]
-  return st and st.item and accept_part(buf, st.item.text) or false
+  if not (st and st.item) then return false end
+  return accept_part(buf, pick(st.item.text))
+end
+
+--- Accept the whole suggestion.
+function M.accept(buf)
+  return accept_with(buf, function(t) return t end)
 end
 
 --- Accept the next word of the suggestion.
 function M.accept_word(buf)
-  buf = buf or vim.api.nvim_get_current_buf()
-  local st = M.state[buf]
-  if not (st and st.item) then return false end
-  local t = st.item.text
-  local word = t:match('^%s*[%w_]+') or t:match('^%s*[^%w_%s]') or t:match('^%s+') or t
-  return accept_part(buf, word)
+  return accept_with(buf, function(t)
+    return t:match('^%s*[%w_]+') or t:match('^%s*[^%w_%s]') or t:match('^%s+') or t
+  end)
 end
 
 --- Accept the suggestion up to the end of its current line.
 function M.accept_line(buf)
-  buf = buf or vim.api.nvim_get_current_buf()
-  local st = M.state[buf]
-  if not (st and st.item) then return false end
-  local t = st.item.text
-  local nl = t:find('\n', 1, true)
-  if nl == 1 then
-    local nxt = t:find('\n', 2, true)
-    return accept_part(buf, nxt and t:sub(1, nxt - 1) or t)
-  end
-  return accept_part(buf, nl and t:sub(1, nl - 1) or t)
+  return accept_with(buf, function(t)
+    local nl = t:find('\n', 1, true)
+    if nl == 1 then
+      local nxt = t:find('\n', 2, true)
+      return nxt and t:sub(1, nxt - 1) or t
+    end
+    return nl and t:sub(1, nl - 1) or t
+  end)
 end
 
 --- Ask the server for a suggestion at the cursor (cancelling the previous request).
