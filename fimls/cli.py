@@ -1,4 +1,4 @@
-"""Command line: ``fimls serve``, ``complete``, ``bench``, ``soak`` and ``stats``.
+"""Command line: ``fimls serve``, ``complete``, ``bench``, ``soak``, ``tasks`` and ``stats``.
 
 Every option of the options tree is a flag here (``--max-tokens``) and a camelCase key in
 the editor's ``initializationOptions`` (``maxTokens``): one converter reads both.
@@ -16,8 +16,7 @@ from typing import Any
 
 from fimls import __version__
 from fimls.config import Options, apply_dict, describe
-
-log = logging.getLogger(__name__)
+from fimls.engine import make_engine
 
 
 def _add_option_flags(p: argparse.ArgumentParser) -> None:
@@ -54,27 +53,6 @@ def _setup_logging(level: str) -> None:
     # the message); the server answers those itself and logs one line instead.
     logging.getLogger("pygls.protocol.json_rpc").addFilter(
         lambda rec: not str(rec.msg).startswith("Unable to deserialize message"))
-
-
-def make_engine(options: Options, *, isolation: str | None = None) -> Any:
-    """Build the real llama.cpp engine for ``options`` (raises ModelLoadError): in a worker
-    process or in this one, as ``model.isolation`` (or ``isolation``) says."""
-    from fimls.engine.api import EngineConfig
-    from fimls.models import resolve_model
-
-    m, c = options.model, options.completion
-    draft = resolve_model(c.draft_model) if c.draft_model else None
-    cfg = EngineConfig(model_path=resolve_model(m.model), n_ctx=m.n_ctx, n_batch=m.n_batch,
-                       threads=m.threads, n_gpu_layers=m.n_gpu_layers, fim_order=m.fim_order,
-                       draft_model=draft, draft_max=c.draft_max, ngram_max=c.ngram_max,
-                       measure_costs=c.speculative != "off")
-    if (isolation or m.isolation) == "process":
-        from fimls.engine.worker import ProcessEngine
-
-        return ProcessEngine(cfg, log_level=options.logging.log_level)
-    from fimls.engine.core import Engine
-
-    return Engine(cfg)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -178,13 +156,14 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """Speculation on/off on the same prompts; table, JSON and PNG."""
-    from fimls import bench
+    from fimls.tools import bench
+    from fimls.tools.harness import Task, load_tasks
 
     opts = _options_from_args(args)
     _setup_logging(opts.logging.log_level)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    sets = [bench.load_tasks(s.strip(), args.n) for s in args.sets.split(",") if s.strip()]
+    sets = [load_tasks(s.strip(), args.n) for s in args.sets.split(",") if s.strip()]
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
     if opts.completion.draft_model and "model" not in configs:
         configs.append("model")
@@ -198,9 +177,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise SystemExit("fimls bench: configuration 'model' needs --draft-model")
     engine = make_engine(opts, isolation="thread")
     total = sum(len(t) * args.repeats + args.warmup for _, t in sets) * len(configs)
-    ks_tasks: list[bench.Task] = []
+    ks_tasks: list[Task] = []
     if args.keystroke_tasks:
-        ks_tasks = bench.load_tasks(args.keystroke_set, args.keystroke_tasks)[1]
+        ks_tasks = load_tasks(args.keystroke_set, args.keystroke_tasks)[1]
         total += len(ks_tasks) * 2
     bar = bench.Progress(total, "bench")
     result = bench.BenchResult()
@@ -254,11 +233,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_soak(args: argparse.Namespace) -> int:
     """Soak one server; exit status 0 only if RSS grew < 5 % and nothing failed."""
-    from fimls import bench, soak
+    from fimls.tools import soak
+    from fimls.tools.harness import load_tasks
 
     opts = _options_from_args(args)
     _setup_logging(opts.logging.log_level)
-    tasks = bench.load_tasks("humaneval-multi", 40)[1]
+    tasks = load_tasks("humaneval-multi", 40)[1]
     texts = [t.prefix + t.suffix for t in tasks]
     out = Path(args.out)
     print(f"fimls soak: {args.requests} requests (warm-up {args.warmup}), seed {args.seed}",
@@ -278,10 +258,43 @@ def cmd_soak(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def cmd_tasks(args: argparse.Namespace) -> int:
+    """Fill-in-the-middle tasks (JSONL) from a repository's history or from source files."""
+    from fimls.tools import tasks
+
+    _setup_logging("WARNING")
+    exts = frozenset(tasks.LANGUAGES)
+    if args.ext:
+        exts = frozenset("." + e.strip().lstrip(".").lower() for e in args.ext.split(",")
+                         if e.strip())
+    limits = tasks.Limits(max_bytes=args.max_bytes, max_lines=args.max_lines,
+                          extensions=exts)
+    try:
+        if args.source == "from-git":
+            made, skipped = tasks.from_git(args.repo, n=args.n, seed=args.seed, rev=args.rev,
+                                           since=args.since, max_commits=args.max_commits,
+                                           limits=limits)
+        else:
+            made, skipped = tasks.from_files(args.paths, n=args.n, seed=args.seed,
+                                             limits=limits)
+    except tasks.TaskError as exc:
+        print(f"fimls tasks: {exc}", file=sys.stderr)
+        return 2
+    if args.out == "-":
+        tasks.write_jsonl(made, sys.stdout)
+    else:
+        with open(args.out, "w", encoding="utf-8") as fh:
+            tasks.write_jsonl(made, fh)
+    why = ", ".join(f"{k}: {v}" for k, v in sorted(skipped.items()))
+    print(f"fimls tasks: {len(made)} tasks -> {args.out}" + (f" (skipped {why})" if why else ""),
+          file=sys.stderr)
+    return 0 if made else 1
+
+
 def _passthrough_flags(args: argparse.Namespace) -> list[str]:
     """The model/context flags given to bench, for the servers it starts."""
     keep = {"model", "nCtx", "nBatch", "threads", "nGpuLayers", "maxTokens", "maxLines",
-            "draftModel", "draftMax", "ngramMax", "isolation"}
+            "draftModel", "draftMax", "ngramMax", "isolation", "loadTimeoutS", "cancelGraceMs"}
     out: list[str] = []
     for key, flag, _default, _doc in describe():
         value = getattr(args, f"opt_{key}", None)
@@ -309,7 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="measure speculative decoding against plain decoding")
     b.add_argument("--sets", default="humaneval-single,humaneval-multi",
                    help="comma-separated task sets: humaneval-single, humaneval-multi, or "
-                   "JSONL files with prefix/suffix/target (e.g. from make_edit_tasks.py)")
+                   "JSONL files with prefix/suffix/target (e.g. from fimls tasks from-git)")
     b.add_argument("--n", type=int, default=12, help="tasks per set (default 12)")
     b.add_argument("--warmup", type=int, default=3, help="warm-up requests per configuration")
     b.add_argument("--repeats", type=int, default=1, help="measured passes over each set")
@@ -337,6 +350,28 @@ def build_parser() -> argparse.ArgumentParser:
     so.add_argument("--out", default="bench-out", help="folder for soak.json and the log")
     _add_option_flags(so)
     so.set_defaults(func=cmd_soak)
+    ta = sub.add_parser("tasks", help="make fill-in-the-middle task sets (JSONL) for fimls "
+                        "bench from real code")
+    ta_sub = ta.add_subparsers(dest="source", required=True)
+    tg = ta_sub.add_parser("from-git", help="hunks added in a repository's commits: the file "
+                           "after the commit, the added lines hidden")
+    tg.add_argument("repo", help="a git repository (work tree or bare)")
+    tg.add_argument("--rev", default="HEAD", help="history reachable from this revision")
+    tg.add_argument("--since", help="only commits after this date (as git log --since)")
+    tg.add_argument("--max-commits", type=int, help="only the newest N commits")
+    tf = ta_sub.add_parser("from-files", help="lines and blocks cut out of source files")
+    tf.add_argument("paths", nargs="+", metavar="PATH", help="files or folders")
+    for t in (tg, tf):
+        t.add_argument("--out", default="-", help="JSONL file to write (default: stdout)")
+        t.add_argument("--n", type=int, default=300, help="most tasks to make (default 300)")
+        t.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+        t.add_argument("--ext", help="comma-separated file extensions (default: every "
+                       "language fimls knows)")
+        t.add_argument("--max-bytes", type=int, default=100_000,
+                       help="skip larger files (default 100000)")
+        t.add_argument("--max-lines", type=int, default=6,
+                       help="most lines a target spans (default 6)")
+        t.set_defaults(func=cmd_tasks)
     st = sub.add_parser("stats", help="summarise a latency log")
     st.add_argument("log", nargs="?", help="latency log (default: the user state dir's)")
     st.add_argument("--json", action="store_true", help="machine-readable output")

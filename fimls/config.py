@@ -5,60 +5,82 @@ line and one camelCase key in ``initializationOptions`` / ``workspace/didChangeC
 (flat, e.g. ``{"maxTokens": 32}``, or nested by section, e.g. ``{"completion": {"maxTokens":
 32}}``, optionally under a top-level ``"fimls"`` key). An invalid value is reported once and
 the field keeps its previous value.
+
+Each option is written once, here: its default, its docstring (the ``--help`` text) and its
+value rules (bounds, choices, nullability) in the field's metadata, which the one converter
+reads. The engine's settings and the request's defaults are derived from these fields.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
-import logging
+import typing
 from dataclasses import dataclass, field
 from typing import Any
-
-log = logging.getLogger(__name__)
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 # Settings of the editor extensions that live in the same "fimls" section but are theirs.
 CLIENT_KEYS = frozenset({"serverCommand", "trace"})
 SPECULATIVE_MODES = ("auto", "off", "lookup", "model")
+FIM_ORDERS = ("auto", "psm", "spm")
+ISOLATIONS = ("process", "thread")
+
+# What a field's metadata may say about its values (read by ``_coerce``):
+#   min / max:  inclusive bounds of an integer
+#   choices:    the allowed strings
+#   upper:      the string is upper-cased before it is checked against ``choices``
+#   nullable:   null (None) is allowed and resets the option
+#   kind:       "path": a string where "" means unset (None)
+
+
+def _opt(default: Any, **meta: Any) -> Any:
+    """A field with ``default`` and the value rules in ``meta`` (see above)."""
+    return field(default=default, metadata=meta)
 
 
 @dataclass(kw_only=True)
 class ModelOptions:
     """Which model runs, and how."""
 
-    model: str | None = None
+    model: str | None = _opt(None, kind="path", nullable=True)
     """Path to a GGUF file; None means the embedded default (Gemma 3 270M, Q4_K_M)."""
-    n_ctx: int = 4096
+    n_ctx: int = _opt(4096, min=64)
     """Context length in tokens (prompt plus completion)."""
-    n_batch: int = 512
+    n_batch: int = _opt(512, min=1)
     """Tokens per prefill batch."""
-    threads: int | None = None
+    threads: int | None = _opt(None, min=1, nullable=True)
     """CPU threads for llama.cpp; None picks the number of cores (at most 8)."""
     n_gpu_layers: int = 0
     """Layers offloaded to the GPU (-1 or a large number: all)."""
-    fim_order: str = "auto"
+    fim_order: str = _opt("auto", choices=FIM_ORDERS)
     """FIM layout: auto (the model family's), psm or spm."""
-    isolation: str = "process"
+    isolation: str = _opt("process", choices=ISOLATIONS)
     """process: the model runs in a worker process (a native crash is survived and the
     worker restarted); thread: inside the server process (no hop, no protection)."""
+    load_timeout_s: int = _opt(300, min=1)
+    """Seconds a worker process may take to load the model before it is killed and the
+    load reported as failed (process isolation only)."""
+    cancel_grace_ms: int = _opt(5000, min=100)
+    """Milliseconds a worker process may ignore a cancel before it is deemed hung, killed
+    and restarted (process isolation only)."""
 
 
 @dataclass(kw_only=True)
 class CompletionOptions:
     """How suggestions are produced."""
 
-    max_tokens: int = 64
+    max_tokens: int = _opt(64, min=1)
     """Most tokens generated for one suggestion."""
-    max_lines: int = 8
+    max_lines: int = _opt(8, min=1)
     """Most lines in a multi-line suggestion."""
-    speculative: str = "auto"
+    speculative: str = _opt("auto", choices=SPECULATIVE_MODES)
     """auto, off, lookup or model (off: plain greedy decoding, no reuse of suggestions)."""
-    draft_model: str | None = None
+    draft_model: str | None = _opt(None, kind="path", nullable=True)
     """Path to a small GGUF with the main model's vocabulary, used as a drafter."""
-    draft_max: int = 8
+    draft_max: int = _opt(8, min=0, max=64)
     """Most tokens drafted for one verification (4-16 on a GPU, fewer on a CPU)."""
-    ngram_max: int = 3
+    ngram_max: int = _opt(3, min=1)
     """Longest n-gram key prompt lookup matches (2-4)."""
 
 
@@ -66,9 +88,9 @@ class CompletionOptions:
 class LoggingOptions:
     """Where logs go."""
 
-    latency_log: str | None = None
+    latency_log: str | None = _opt(None, kind="path", nullable=True)
     """JSON Lines file for per-request latency records; None: the user state directory."""
-    log_level: str = "INFO"
+    log_level: str = _opt("INFO", choices=LOG_LEVELS, upper=True)
     """Server log level on stderr."""
 
 
@@ -96,24 +118,22 @@ def leaves(opts: Options) -> dict[str, tuple[str, str]]:
     return out
 
 
-def _coerce(value: Any, default: Any, name: str) -> Any:
-    """Convert ``value`` to the type of the field; raise ValueError if it cannot be."""
-    kind = type(default) if default is not None else None
+def _value_type(section: type, name: str) -> type:
+    """The field's type without ``None`` (``int | None`` -> int)."""
+    hint = typing.get_type_hints(section)[name]
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return args[0] if args else hint
+
+
+def _coerce(value: Any, f: dataclasses.Field[Any], kind: type) -> Any:
+    """Convert ``value`` to the field's type under its metadata; raise ValueError if it
+    cannot be."""
+    meta = f.metadata
     if value is None:
-        if default is None or name in ("threads", "model", "latency_log", "draft_model"):
+        if meta.get("nullable"):
             return None
         raise ValueError("null is not allowed")
-    if name in ("threads",):
-        if isinstance(value, bool) or not isinstance(value, int | str):
-            raise ValueError("must be an integer")
-        try:
-            v = int(value)
-        except (TypeError, ValueError):
-            raise ValueError("must be an integer") from None
-        if v < 1:
-            raise ValueError("must be >= 1")
-        return v
-    if name in ("model", "latency_log", "draft_model"):
+    if meta.get("kind") == "path":
         if not isinstance(value, str):
             raise ValueError("must be a string path")
         return value or None
@@ -122,35 +142,50 @@ def _coerce(value: Any, default: Any, name: str) -> Any:
             return value
         raise ValueError("must be true or false")
     if kind is int:
+        # bool is an int to Python, never to a user; strings come from the command line.
         if isinstance(value, bool) or not isinstance(value, int | str):
             raise ValueError("must be an integer")
         try:
             v = int(value)
         except ValueError:
             raise ValueError("must be an integer") from None
-        if name in ("n_ctx",) and v < 64:
-            raise ValueError("must be >= 64")
-        if name in ("n_batch", "max_tokens", "max_lines", "ngram_max") and v < 1:
-            raise ValueError("must be >= 1")
-        if name == "draft_max" and not 0 <= v <= 64:
-            raise ValueError("must be between 0 and 64")
+        lo, hi = meta.get("min"), meta.get("max")
+        if lo is not None and hi is not None and not lo <= v <= hi:
+            raise ValueError(f"must be between {lo} and {hi}")
+        if lo is not None and v < lo:
+            raise ValueError(f"must be >= {lo}")
+        if hi is not None and v > hi:
+            raise ValueError(f"must be <= {hi}")
         return v
     if kind is str:
         if not isinstance(value, str):
             raise ValueError("must be a string")
-        if name == "log_level":
-            up = value.upper()
-            if up not in LOG_LEVELS:
-                raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}")
-            return up
-        if name == "speculative" and value not in SPECULATIVE_MODES:
-            raise ValueError(f"must be one of {', '.join(SPECULATIVE_MODES)}")
-        if name == "fim_order" and value not in ("auto", "psm", "spm"):
-            raise ValueError("must be auto, psm or spm")
-        if name == "isolation" and value not in ("process", "thread"):
-            raise ValueError("must be process or thread")
+        if meta.get("upper"):
+            value = value.upper()
+        choices = meta.get("choices")
+        if choices is not None and value not in choices:
+            raise ValueError(f"must be one of {', '.join(choices)}")
         return value
     return value
+
+
+def _field(section: type, name: str) -> dataclasses.Field[Any]:
+    return next(f for f in dataclasses.fields(section) if f.name == name)
+
+
+def limits(f: dataclasses.Field[Any]) -> str:
+    """The field's value rules in words (``at least 64``, ``one of auto, off``), for --help."""
+    meta = f.metadata
+    lo, hi = meta.get("min"), meta.get("max")
+    if lo is not None and hi is not None:
+        return f"{lo} to {hi}"
+    if lo is not None:
+        return f"at least {lo}"
+    if hi is not None:
+        return f"at most {hi}"
+    if meta.get("choices"):
+        return "one of " + ", ".join(meta["choices"])
+    return ""
 
 
 def _flatten(data: dict[str, Any], sections: set[str]) -> dict[str, Any]:
@@ -186,16 +221,18 @@ def apply_dict(opts: Options, data: Any) -> tuple[Options, list[str]]:
             continue
         sec, name = where
         section = getattr(new, sec)
-        default = getattr(section, name)
+        previous = getattr(section, name)
+        f = _field(type(section), name)
         try:
-            setattr(section, name, _coerce(value, default, name))
+            setattr(section, name, _coerce(value, f, _value_type(type(section), name)))
         except (ValueError, TypeError) as exc:
-            warnings.append(f"invalid value {value!r} for {key}: {exc}; using {default!r}")
+            warnings.append(f"invalid value {value!r} for {key}: {exc}; using {previous!r}")
     return new, warnings
 
 
 def describe() -> list[tuple[str, str, Any, str]]:
-    """(camelKey, --flag, default, docstring) for every option, for --help and the README."""
+    """(camelKey, --flag, default, help) for every option, for --help and the README: the
+    help is the field's docstring and its value rules."""
     import ast
     import inspect
 
@@ -212,6 +249,11 @@ def describe() -> list[tuple[str, str, Any, str]]:
                     and isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant)):
                 docs[a.target.id] = str(b.value.value)
         for f in dataclasses.fields(cls):
+            doc = docs.get(f.name, "")
+            rule, choices = limits(f), f.metadata.get("choices", ())
+            # Choices the docstring already names are not repeated.
+            if rule and not (choices and all(c in doc for c in choices)):
+                doc = f"{doc.rstrip()} Values: {rule}."
             rows.append((camel(f.name), "--" + f.name.replace("_", "-"),
-                         getattr(getattr(opts, sec.name), f.name), docs.get(f.name, "")))
+                         getattr(getattr(opts, sec.name), f.name), doc))
     return rows

@@ -22,7 +22,7 @@ from __future__ import annotations
 import bisect
 import posixpath
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 from typing import TypeAlias
@@ -238,10 +238,6 @@ class TextDocument:
             return ""
         start, end = self._line_bounds(line)
         return self._text[start:end]
-
-    def lines(self) -> Iterator[str]:
-        """Iterate over all lines, without terminators."""
-        return iter(split_lines(self._text))
 
     def offset_at(self, pos: Pos, encoding: PositionEncoding | str = UTF16) -> int:
         """Convert ``pos`` to an index into `text`, clamping instead of raising.

@@ -138,23 +138,80 @@ class SourceStats:
         self.weight += 1
 
 
+def monotone(costs: dict[int, float]) -> dict[int, float]:
+    """The closest non-decreasing cost table (pool adjacent violators), floored at 1.
+
+    A longer verify batch never really costs less than a shorter one; a table that says
+    so was measured on a busy machine, and averaging the violators keeps its information
+    instead of trusting either outlier.
+    """
+    keys = sorted(costs)
+    blocks: list[list[float]] = []  # [sum, count] per pooled block
+    for k in keys:
+        blocks.append([max(1.0, costs[k]), 1.0])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            s, c = blocks.pop()
+            blocks[-1][0] += s
+            blocks[-1][1] += c
+    out: list[float] = []
+    for s, c in blocks:
+        out += [s / c] * int(c)
+    return dict(zip(keys, out, strict=True))
+
+
+@dataclass
+class Timing:
+    """A running estimate of one operation's wall time, robust to a busy machine.
+
+    Each sample moves the estimate by ``alpha`` of the way, after clipping it to
+    [0.5x, 2x] of the estimate: a stall (another process, a page fault) cannot swing it.
+    """
+
+    seconds: float = 0.0
+    samples: int = 0
+    alpha: float = 0.2
+
+    def add(self, seconds: float) -> None:
+        """Account one measurement."""
+        if seconds <= 0:
+            return
+        if self.samples == 0:
+            self.seconds = seconds
+        else:
+            clipped = min(max(seconds, 0.5 * self.seconds), 2.0 * self.seconds)
+            self.seconds += self.alpha * (clipped - self.seconds)
+        self.samples += 1
+
+
 @dataclass
 class DraftPolicy:
     """Chooses the draft length that maximises expected tokens per unit of compute.
 
-    ``batch_cost[k]`` is what evaluating k+1 positions costs relative to one single-token
-    step (measured on this machine at start-up). With per-token acceptance p, a draft of
-    k yields 1 + p(1-p^k)/(1-p) tokens for cost ``batch_cost[k]``; plain decoding yields 1
-    for 1. Drafting happens only when the best k beats plain decoding by ``margin``.
+    ``cost(k)`` is what verifying k drafted tokens (k+1 positions) costs relative to one
+    single-token step. It starts from ``prior`` (measured at the first start and cached,
+    or the previous session's learned table) and then learns from every real step and
+    verify batch the engine times (:meth:`observe`): no single measurement on a busy
+    machine decides drafting for good. With per-token acceptance p, a draft of k yields
+    1 + p(1-p^k)/(1-p) tokens for ``cost(k)``; plain decoding yields 1 for 1. Drafting
+    happens only when the best k beats plain decoding by ``margin``; every
+    ``explore_every``-th refusal verifies anyway, so lengths the prior priced out still
+    get measured.
     """
 
-    batch_cost: dict[int, float] = field(default_factory=lambda: {0: 1.0})
+    prior: dict[int, float] = field(default_factory=lambda: {0: 1.0})
     max_draft: int = 16
     margin: float = 1.05
+    explore_every: int = 16
     stats: dict[str, SourceStats] = field(default_factory=dict)
+    timings: dict[int, Timing] = field(default_factory=dict)
+    draft_step: Timing = field(default_factory=Timing)
+    draft_step_prior: float = 1.0
+    _refusals: int = 0
 
     PRIORS: ClassVar[dict[str, float]] = {"tail": 0.9, "model": 0.7, "suffix": 0.45,
                                           "context": 0.4, "buffers": 0.35}
+    # Learned samples of a length before they outweigh the prior entirely.
+    FULL_WEIGHT: ClassVar[int] = 8
 
     def source(self, name: str) -> SourceStats:
         """The statistics of one source (created with its prior on first use)."""
@@ -163,22 +220,63 @@ class DraftPolicy:
             st = self.stats[name] = SourceStats(prior=self.PRIORS.get(name, 0.4))
         return st
 
-    def cost(self, k: int) -> float:
-        """Cost of verifying k drafted tokens (k+1 positions), interpolated."""
-        if k in self.batch_cost:
-            return self.batch_cost[k]
-        keys = sorted(self.batch_cost)
+    # -- costs --------------------------------------------------------------------------
+
+    def observe(self, k: int, seconds: float) -> None:
+        """Account one timed evaluation: a plain step (k=0) or a verify of k drafts."""
+        self.timings.setdefault(k, Timing()).add(seconds)
+
+    def observe_draft(self, seconds: float, steps: int) -> None:
+        """Account one draft model proposal of ``steps`` tokens."""
+        if steps > 0:
+            self.draft_step.add(seconds / steps)
+
+    @property
+    def batch_cost(self) -> dict[int, float]:
+        """The current cost table: the prior, moved towards what was measured."""
+        step = self.timings.get(0)
+        table = dict(self.prior)
+        table.setdefault(0, 1.0)
+        if step is not None and step.samples:
+            for k, t in self.timings.items():
+                if k == 0 or not t.samples:
+                    continue
+                w = min(t.samples, self.FULL_WEIGHT) / self.FULL_WEIGHT
+                w *= min(step.samples, self.FULL_WEIGHT) / self.FULL_WEIGHT
+                learned = t.seconds / step.seconds
+                table[k] = w * learned + (1 - w) * table.get(k, self._extrapolate(table, k))
+        table[0] = 1.0
+        return monotone(table)
+
+    @property
+    def draft_step_cost(self) -> float:
+        """A draft model's step relative to the main model's, learned like batch costs."""
+        step = self.timings.get(0)
+        if step is None or not step.samples or not self.draft_step.samples:
+            return self.draft_step_prior
+        w = min(self.draft_step.samples, self.FULL_WEIGHT) / self.FULL_WEIGHT
+        return w * self.draft_step.seconds / step.seconds + (1 - w) * self.draft_step_prior
+
+    @staticmethod
+    def _extrapolate(table: dict[int, float], k: int) -> float:
+        keys = sorted(table)
         lo = max((x for x in keys if x <= k), default=keys[0])
         hi = min((x for x in keys if x >= k), default=keys[-1])
         if hi == lo:
-            # Beyond the measured range: extrapolate linearly from the last two points.
-            if len(keys) >= 2:
+            # Beyond the known range: extrapolate linearly from the last two points.
+            if len(keys) >= 2 and k > keys[-1]:
                 a, b = keys[-2], keys[-1]
-                slope = (self.batch_cost[b] - self.batch_cost[a]) / max(1, b - a)
-                return self.batch_cost[b] + slope * (k - b)
-            return self.batch_cost[lo] * (k + 1)
+                slope = (table[b] - table[a]) / max(1, b - a)
+                return table[b] + slope * (k - b)
+            return table[lo] * (k + 1) / (lo + 1)
         t = (k - lo) / (hi - lo)
-        return self.batch_cost[lo] * (1 - t) + self.batch_cost[hi] * t
+        return table[lo] * (1 - t) + table[hi] * t
+
+    def cost(self, k: int) -> float:
+        """Cost of verifying k drafted tokens (k+1 positions), interpolated."""
+        return self._extrapolate(self.batch_cost, k)
+
+    # -- choice -------------------------------------------------------------------------
 
     @staticmethod
     def expected_tokens(p: float, k: int) -> float:
@@ -198,17 +296,24 @@ class DraftPolicy:
         p = self.source(source).estimate()
         if match_len >= 3 and source != "tail":
             p = min(0.95, p + 0.1)  # a long matched key predicts agreement
+        table = self.batch_cost
         best_k, best = 0, 1.0
         forced_k, forced = 0, -1.0
         for k in range(1, min(available, self.max_draft) + 1):
-            gain = self.expected_tokens(p, k) / (self.cost(k) + extra_cost * k)
+            gain = self.expected_tokens(p, k) / (self._extrapolate(table, k)
+                                                 + extra_cost * k)
             if gain > best:
                 best_k, best = k, gain
             if gain > forced:
                 forced_k, forced = k, gain
         if force:
             return best_k or forced_k
-        return best_k if best >= self.margin else 0
+        if best >= self.margin:
+            return best_k
+        self._refusals += 1
+        if forced_k and self.explore_every and self._refusals % self.explore_every == 0:
+            return forced_k
+        return 0
 
     def record(self, source: str, drafted: int, accepted: int) -> None:
         """Feed back one verification's outcome."""

@@ -18,7 +18,6 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-OUTCOMES = ("returned", "empty", "superseded", "cancelled", "error")
 TIMING_FIELDS = ("queue_ms", "prompt_ms", "ttft_ms", "decode_ms", "total_ms", "hop_ms",
                  "model_ms")
 COUNT_FIELDS = ("prompt_tokens", "reused_tokens", "generated_tokens", "drafted_tokens",

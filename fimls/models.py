@@ -18,8 +18,6 @@ from fimls.engine.api import ModelLoadError, check_gguf_file
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MODEL_LABEL = "gemma-3-270m (embedded default)"
-
 
 def cache_dir() -> Path:
     """fimls's cache directory (FIMLS_CACHE_DIR overrides)."""

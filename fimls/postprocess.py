@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fimls.config import CompletionOptions
+from fimls.documents import split_lines
+
 _CLOSERS = set(")]}>\"'`;,:")
 _PAIRS = {")": "(", "]": "[", "}": "{"}
 
@@ -23,7 +26,7 @@ def _width(indent: str, tab: int = 4) -> int:
 
 def _first_nonblank_lines(text: str, n: int) -> list[str]:
     out: list[str] = []
-    for line in text.splitlines():
+    for line in split_lines(text):
         if line.strip():
             out.append(line)
             if len(out) == n:
@@ -86,7 +89,7 @@ class StopPolicy:
     """Decides, from the generated text so far, whether and where to stop."""
 
     ctx: CursorContext
-    max_lines: int = 8
+    max_lines: int = CompletionOptions.max_lines
 
     def cut(self, text: str) -> int | None:
         """Index at which ``text`` must end, or None to keep generating."""

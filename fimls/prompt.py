@@ -15,11 +15,8 @@ cursor leaves the prompt's first tokens untouched and the KV cache can be reused
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
-
-log = logging.getLogger(__name__)
 
 # Where a window may start moves in steps of this many characters, so a keystroke almost
 # never moves it (the KV cache keeps everything before the cursor).

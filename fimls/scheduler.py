@@ -4,6 +4,10 @@ The model is owned by exactly one thread (never pygls's thread pool, which also 
 stdin). Requests queue for it; a newer request for a document supersedes the older one,
 which is answered at once with an empty result whether it was queued or running.
 While the model loads (or after it failed to load) requests are answered empty at once.
+
+Listeners hear two things, on the engine thread: every change of :class:`EngineState`
+(with the error for ``failed`` and ``restarting``, which is how a dead engine process is
+reported) and every load-time warning of a new engine (a refused draft model).
 """
 
 from __future__ import annotations
@@ -16,25 +20,20 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Protocol
 
-from fimls.engine.api import CompletionRequest, CompletionResult, describe_error
+from fimls.engine.api import (
+    CompletionRequest,
+    CompletionResult,
+    EngineLike,
+    EngineState,
+    describe_error,
+)
 from fimls.latency import LatencyLog, LatencyRecord
 
 log = logging.getLogger(__name__)
 
-
-class EngineLike(Protocol):
-    """What the scheduler needs from an engine."""
-
-    model_name: str
-
-    def complete(self, req: CompletionRequest,
-                 cancelled: Callable[[], bool]) -> CompletionResult: ...
-
-    def reset(self) -> None: ...
-
-    def close(self) -> None: ...
+StateListener = Callable[[EngineState, str | None], None]
+WarningListener = Callable[[str], None]
 
 
 @dataclass(kw_only=True)
@@ -62,21 +61,22 @@ class Scheduler:
         self._running: _Job | None = None
         self._engine: EngineLike | None = None
         self._loader: Callable[[], EngineLike] | None = None
-        self._state = "idle"  # idle, loading, ready, failed, restarting
+        self._state = EngineState.IDLE
         self._last_loader: Callable[[], EngineLike] | None = None
         self._crashes: deque[float] = deque(maxlen=16)
         self.restarts = 0
         self.load_error: str | None = None
         self.latency_log = latency_log or LatencyLog(None)
         self._stop = False
-        self._on_state: list[Callable[[str, str | None], None]] = []
+        self._on_state: list[StateListener] = []
+        self._on_warning: list[WarningListener] = []
         self._thread = threading.Thread(target=self._loop, name="fimls-engine", daemon=True)
         self._thread.start()
 
     # -- state ---------------------------------------------------------------------------
 
     @property
-    def state(self) -> str:
+    def state(self) -> EngineState:
         """idle, loading, ready, failed or restarting (the engine process died)."""
         return self._state
 
@@ -85,21 +85,34 @@ class Scheduler:
         """The loaded model's file name, or an empty string."""
         return self._engine.model_name if self._engine else ""
 
-    def on_state_change(self, cb: Callable[[str, str | None], None]) -> None:
-        """Call ``cb(state, error)`` (from the worker thread) whenever the state changes."""
+    def on_state_change(self, cb: StateListener) -> None:
+        """Call ``cb(state, error)`` (from the worker thread) whenever the state changes;
+        ``error`` says why for ``failed`` and ``restarting`` (the engine process died)."""
         self._on_state.append(cb)
 
-    def _set_state(self, state: str, error: str | None = None) -> None:
+    def on_warning(self, cb: WarningListener) -> None:
+        """Call ``cb(message)`` (from the worker thread) for each warning of a newly loaded
+        engine (it works, but not as configured: a refused draft model)."""
+        self._on_warning.append(cb)
+
+    def _set_state(self, state: EngineState, error: str | None = None) -> None:
         self._state = state
         self.load_error = error
         self._notify(state, error)
 
-    def _notify(self, state: str, error: str | None) -> None:
+    def _notify(self, state: EngineState, error: str | None) -> None:
         for cb in self._on_state:
             try:
                 cb(state, error)
             except Exception:  # a listener must not kill the worker
                 log.exception("state listener failed")
+
+    def _warn(self, message: str) -> None:
+        for cb in self._on_warning:
+            try:
+                cb(message)
+            except Exception:  # a listener must not kill the worker
+                log.exception("warning listener failed")
 
     @property
     def engine(self) -> EngineLike | None:
@@ -111,7 +124,7 @@ class Scheduler:
         with self._lock:
             self._loader = loader
             self._last_loader = loader
-            self._state = "loading"
+            self._state = EngineState.LOADING
             self._lock.notify_all()
 
     # -- requests ------------------------------------------------------------------------
@@ -128,8 +141,8 @@ class Scheduler:
             old = self._by_uri.get(req.uri)
             if old is not None:
                 self._cancel_locked(old, "superseded")
-            if self._state != "ready":
-                error = self.load_error if self._state == "failed" else None
+            if self._state != EngineState.READY:
+                error = self.load_error if self._state == EngineState.FAILED else None
                 self._finish_locked(job, "", "error" if error else "empty",
                                     error=error or f"model {self._state}")
                 return job.future
@@ -171,11 +184,10 @@ class Scheduler:
                             total_ms=(time.monotonic() - job.req.created) * 1000.0)
         self._respond(job, CompletionResult(text="", record=rec))
         job.answered_ms = rec.total_ms
-        interrupt = getattr(self._engine, "interrupt", None)
-        if interrupt is not None:
+        if self._engine is not None:
             # An engine in another process hears about it now rather than at its next poll.
             try:
-                interrupt(job.req.request_id)
+                self._engine.interrupt(job.req.request_id)
             except Exception:
                 log.debug("interrupt failed", exc_info=True)
         # The running job sees cancel_reason through its predicate and stops at the next
@@ -230,19 +242,18 @@ class Scheduler:
         if self._engine is not None:
             self._engine.close()
             self._engine = None
-        self._set_state("loading")
+        self._set_state(EngineState.LOADING)
         try:
             engine = loader()
         except Exception as exc:
             log.error("%s", exc)
-            self._set_state("failed", str(exc))
+            self._set_state(EngineState.FAILED, str(exc))
             return
         self._engine = engine
-        if hasattr(engine, "on_exit"):
-            engine.on_exit = lambda reason, e=engine: self._engine_died(e, reason)
-        self._set_state("ready")
-        for warning in getattr(engine, "warnings", []):
-            self._notify("warning", warning)
+        engine.on_exit = lambda reason, e=engine: self._engine_died(e, reason)
+        self._set_state(EngineState.READY)
+        for warning in engine.warnings:
+            self._warn(warning)
 
     def restart_delay(self) -> float:
         """Back-off before restarting a dead engine: 0.25 s, doubling with every crash in
@@ -261,9 +272,9 @@ class Scheduler:
             self._crashes.append(time.monotonic())
             delay = self.restart_delay()
             loader = self._last_loader
-            self._state = "restarting"
+            self._state = EngineState.RESTARTING
             self.load_error = f"the engine process died ({reason}); restarting in {delay:.2f} s"
-        self._notify("crashed", self.load_error)
+        self._notify(EngineState.RESTARTING, self.load_error)
         with contextlib.suppress(Exception):
             engine.close()
         if loader is None:
@@ -275,11 +286,11 @@ class Scheduler:
     def _restart(self, loader: Callable[[], EngineLike]) -> None:
         with self._lock:
             # A reload asked for meanwhile (or a shutdown) wins over this one.
-            if self._stop or self._state != "restarting":
+            if self._stop or self._state != EngineState.RESTARTING:
                 return
             self.restarts += 1
             self._loader = loader
-            self._state = "loading"
+            self._state = EngineState.LOADING
             self._lock.notify_all()
 
     def _run(self, job: _Job) -> None:

@@ -1,9 +1,12 @@
 """The LSP server: pygls handlers that translate between LSP and the engine's requests.
 
-Handlers stay thin: read params, build a :class:`CompletionRequest`, await the scheduler,
-map the result. The text mirror is ours (``documents``), not pygls's workspace, because
-pygls splits lines on characters that are not LSP line ends and re-splits the whole
-document on every change.
+Handlers are the module-level functions below, one per LSP method (``build_server``
+registers them); they stay thin: read params, build a :class:`CompletionRequest`, await the
+scheduler, map the result. :class:`FimlsServer` holds the state they share: the documents,
+the options, the scheduler and the latency log. The text mirror is ours (``documents``),
+not pygls's workspace, because pygls splits lines on characters that are not LSP line ends
+and re-splits the whole document on every change. JSON-RPC hardening (answers to malformed
+or untimely messages) lives in :mod:`fimls.protocol`.
 """
 
 from __future__ import annotations
@@ -20,18 +23,23 @@ from pathlib import Path
 from typing import Any
 
 from lsprotocol import types
-from pygls.exceptions import JsonRpcException
 from pygls.lsp.server import LanguageServer
-from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
 
 from fimls import __version__
 from fimls.config import Options, apply_dict
 from fimls.documents import DocumentStore, Pos, TextDocument, workspace_relative_path
-from fimls.engine.api import CompletionRequest, CompletionResult, describe_error
+from fimls.engine.api import (
+    CompletionRequest,
+    CompletionResult,
+    EngineLike,
+    EngineState,
+    describe_error,
+)
 from fimls.latency import LatencyLog
 from fimls.models import default_latency_log
-from fimls.scheduler import EngineLike, Scheduler
+from fimls.protocol import StrictProtocol, valid_id
+from fimls.scheduler import Scheduler
 
 log = logging.getLogger(__name__)
 
@@ -44,98 +52,11 @@ OUTCOME_NOTIFICATIONS = {"fimls/didShowCompletion": "shown", "fimls/didAccept": 
                          "fimls/didPartiallyAccept": "partial", "fimls/didDismiss": "dismissed"}
 
 
-class _Answered:
-    """Stands in for a message that was already answered with an error: pygls skips it."""
-
-    jsonrpc = "answered"
-
-
-def _valid_id(msg_id: Any) -> bool:
-    return isinstance(msg_id, int | str) and not isinstance(msg_id, bool)
-
-
-def _invalid_message(data: dict[str, Any]) -> str | None:
-    """Why ``data`` is not a valid JSON-RPC 2.0 message ("response": a stray or malformed
-    response, which gets no reply); None if it is valid."""
-    if data.get("jsonrpc") != "2.0":
-        return "jsonrpc must be \"2.0\""
-    if "method" in data:
-        if not isinstance(data["method"], str):
-            return "method must be a string"
-        if "id" in data and not _valid_id(data["id"]):
-            return "id must be an integer or a string"
-        if "params" in data and not isinstance(data["params"], dict | list | type(None)):
-            return "params must be an object or an array"
-        return None
-    if "id" in data and ("result" in data or "error" in data):
-        return None
-    return "response" if "result" in data or "error" in data else "no method"
-
-
-class FimlsProtocol(LanguageServerProtocol):
-    """pygls protocol whose text-document sync feeds our mirror instead of pygls's."""
+class FimlsProtocol(StrictProtocol):
+    """The hardened protocol, whose text-document sync feeds our mirror instead of
+    pygls's."""
 
     _server: FimlsServer
-
-    def handle_message(self, message: Any) -> None:
-        """Requests before ``initialize`` get the spec's ServerNotInitialized (-32002), and
-        requests after ``shutdown`` InvalidRequest (-32600): pygls would drop them silently
-        and leave the client waiting."""
-        if not hasattr(message, "jsonrpc"):
-            # Valid JSON but no message object: null, a number, an array (LSP has no
-            # batches), an object without "jsonrpc".
-            msg_id = message.get("id") if isinstance(message, dict) else None
-            self._invalid_request(msg_id, "not a JSON-RPC 2.0 message object")
-            return
-        method = getattr(message, "method", None)
-        msg_id = getattr(message, "id", None)
-        is_request = method is not None and msg_id is not None and hasattr(message, "params")
-        if (self._workspace is None and is_request
-                and method not in (types.INITIALIZE, types.EXIT)):
-            self.send_error(msg_id, -32002, "server not initialized")
-            return
-        if self._shutdown and is_request and method != types.EXIT:
-            self.send_error(msg_id, -32600, "server is shutting down")
-            return
-        super().handle_message(message)
-
-    def structure_message(self, data: dict[str, Any]) -> Any:
-        """Deserialize a message; a request with invalid params gets an error reply.
-
-        pygls raises out of its JSON decoding here, which leaves the request unanswered
-        (the client waits forever) and pops an "Error in server" message at the user.
-        """
-        # json.loads calls this for every object, innermost first; only a message object
-        # carries "jsonrpc" (parameters never do).
-        if "jsonrpc" in data:
-            problem = _invalid_message(data)
-            if problem is not None:
-                msg_id = data.get("id")
-                if problem == "response":
-                    log.warning("unexpected response (id %r) ignored", msg_id)
-                else:
-                    self._invalid_request(msg_id, problem)
-                return _Answered()
-            if "method" in data and "params" not in data:
-                data = {**data, "params": None}  # optional in JSON-RPC
-        try:
-            return super().structure_message(data)
-        except JsonRpcException as exc:
-            if "id" in data and "method" in data:
-                log.warning("invalid params for %s (id %r)", data.get("method"), data["id"])
-                self._send_response(data["id"], error=exc.to_response_error())
-            else:
-                log.warning("invalid notification %s ignored", data.get("method"))
-            return _Answered()
-
-    def send_error(self, msg_id: Any, code: int, message: str) -> None:
-        """A JSON-RPC error reply; an id that is not usable becomes null."""
-        self._send_data({"jsonrpc": "2.0", "id": msg_id if _valid_id(msg_id) else None,
-                         "error": {"code": code, "message": message}})
-
-    def _invalid_request(self, msg_id: Any, why: str) -> None:
-        log.warning("invalid request: %s", why)
-        self.send_error(msg_id, -32600, f"Invalid Request: {why}")
 
     @lsp_method(types.TEXT_DOCUMENT_DID_OPEN)
     def lsp_text_document__did_open(self, params: types.DidOpenTextDocumentParams) -> None:
@@ -179,6 +100,7 @@ class FimlsServer(LanguageServer):
         self._initialized = False
         self.exit_code = 0
         self.scheduler.on_state_change(self._on_engine_state)
+        self.scheduler.on_warning(self._on_engine_warning)
 
     def report_server_error(self, error: Exception, source: Any) -> None:
         """Log server-side errors; never pop them up in the editor on every bad message.
@@ -187,7 +109,8 @@ class FimlsServer(LanguageServer):
         """
         if isinstance(error, json.JSONDecodeError):
             log.warning("malformed JSON from the client: %s", error)
-            self.protocol.send_error(None, -32700, f"Parse error: {error}")
+            self.protocol.send_error(None, types.ErrorCodes.ParseError,
+                                     f"Parse error: {error}")
             return
         # The message of an arbitrary exception may quote document text: type only.
         log.error("server error (%s): %s", getattr(source, "__name__", source),
@@ -255,7 +178,8 @@ class FimlsServer(LanguageServer):
         """``$/progress`` for a model load in flight (call on the event loop thread)."""
         caps = self.client_capabilities
         window = caps.window if caps else None
-        if not (window and window.work_done_progress) or self.scheduler.state != "loading":
+        if (not (window and window.work_done_progress)
+                or self.scheduler.state != EngineState.LOADING):
             return
         if self._progress_token is not None:
             return  # already showing
@@ -271,7 +195,7 @@ class FimlsServer(LanguageServer):
                 log.debug("progress begin failed", exc_info=True)
                 return
             self._progress_begun = token
-            if self.scheduler.state in ("ready", "failed"):
+            if self.scheduler.state in (EngineState.READY, EngineState.FAILED):
                 self._end_progress()
 
         try:
@@ -284,25 +208,27 @@ class FimlsServer(LanguageServer):
         if token is None or token != self._progress_token:
             return  # not begun yet: begin() ends it as soon as it has begun
         self._progress_token = self._progress_begun = None
-        ok = self.scheduler.state == "ready"
+        ok = self.scheduler.state == EngineState.READY
         try:
             self.work_done_progress.end(token, types.WorkDoneProgressEnd(
                 message="model ready" if ok else "model failed to load"))
         except Exception:
             log.debug("progress end failed", exc_info=True)
 
-    def _on_engine_state(self, state: str, error: str | None) -> None:
-        # Called on the engine thread.
-        if state == "crashed" and error:
-            self.show(error, types.MessageType.Warning)
-            return
-        if state in ("failed", "warning") and error:
+    def _on_engine_state(self, state: EngineState, error: str | None) -> None:
+        # Called on the engine thread. A failed load and a dead engine process mean no
+        # completions (for a while): errors. A failed load also ends the progress shown.
+        if state in (EngineState.FAILED, EngineState.RESTARTING) and error:
             self.show(error, types.MessageType.Error)
-            return
-        if state in ("ready", "failed"):
+        if state in (EngineState.READY, EngineState.FAILED):
             self._call_in_loop(self._end_progress)
-        if state == "loading" and self._initialized:
+        if state == EngineState.LOADING and self._initialized:
             self._call_in_loop(self.begin_progress)
+
+    def _on_engine_warning(self, message: str) -> None:
+        # Called on the engine thread: the engine works, but not as configured (a refused
+        # draft model), so the user hears a warning rather than an error.
+        self.show(message, types.MessageType.Warning)
 
     # -- documents -------------------------------------------------------------------------
 
@@ -394,7 +320,7 @@ class FimlsServer(LanguageServer):
         if rid is None:
             log.debug("%s without a requestId ignored", event)
             return
-        if not _valid_id(rid):
+        if not valid_id(rid):
             log.warning("%s with a requestId that is not a string ignored", event)
             return
         length = getattr(params, "acceptedLength", None)
@@ -404,112 +330,140 @@ class FimlsServer(LanguageServer):
             accepted_length=length if isinstance(length, int) and length >= 0 else None)
 
 
+# -- handlers ------------------------------------------------------------------------------
+
+
+def initialize(ls: FimlsServer, params: types.InitializeParams) -> None:
+    """Take the position encoding, workspace roots and options; start loading the model.
+
+    Loading starts now, not at ``initialized``: the client is still setting up anyway.
+    """
+    ls._loop = asyncio.get_running_loop()
+    ls.encoding = str(ls.workspace.position_encoding or "utf-16")
+    roots = [f.uri for f in (params.workspace_folders or [])]
+    if not roots and params.root_uri:
+        roots = [params.root_uri]
+    ls.roots = roots
+    ls.apply_options(params.initialization_options, initial=True)
+    ls.start_loading()
+    log.info("client %s, position encoding %s",
+             params.client_info.name if params.client_info else "?", ls.encoding)
+
+
+def initialized(ls: FimlsServer, params: types.InitializedParams) -> None:
+    """The client takes requests now: show the model load's progress if it is still on."""
+    ls._initialized = True
+    ls.begin_progress()
+
+
+def did_change_configuration(ls: FimlsServer,
+                             params: types.DidChangeConfigurationParams) -> None:
+    """Merge the new settings; a changed model option reloads the model."""
+    ls.apply_options(params.settings, initial=False)
+
+
+async def inline_completion(ls: FimlsServer, params: types.InlineCompletionParams,
+                            ) -> types.InlineCompletionList:
+    """textDocument/inlineCompletion: one item at the cursor, or none."""
+    got = await ls.complete_at(params.text_document.uri, params.position)
+    if got is None:
+        return types.InlineCompletionList(items=[])
+    text, _doc, pos, rid = got
+    at = types.Position(line=pos.line, character=pos.character)
+    # Clients run the item's command when it is accepted (VS Code does): that is how
+    # the latency log learns which suggestions were taken.
+    accept = types.Command(title="fimls: suggestion accepted", command=ACCEPT_COMMAND,
+                           arguments=[rid])
+    return types.InlineCompletionList(items=[types.InlineCompletionItem(
+        insert_text=text, range=types.Range(start=at, end=at), command=accept)])
+
+
+def accept_command(ls: FimlsServer, *args: Any) -> None:
+    """The accept command of an inline item: log the suggestion as accepted."""
+    ls.outcome("accepted", list(args))
+
+
+def status(ls: FimlsServer, params: Any) -> dict[str, Any]:
+    """What the engine is doing: for status lines, and for tests that kill the worker."""
+    sched = ls.scheduler
+    engine = sched.engine
+    return {"state": sched.state.value, "model": sched.model_name, "error": sched.load_error,
+            "serverPid": os.getpid(), "workerPid": engine.pid if engine else None,
+            "restarts": sched.restarts}
+
+
+def document_state(ls: FimlsServer, params: Any) -> dict[str, Any] | None:
+    """The server's copy of a document, as a digest: lets a client (and the sync tests)
+    check that incremental edits were applied as it applied them, without echoing the
+    text back."""
+    uri = getattr(getattr(params, "textDocument", None), "uri", None)
+    doc = ls.docs.get(uri) if isinstance(uri, str) else None
+    if doc is None:
+        return None
+    data = doc.text.encode("utf-8", "surrogatepass")
+    return {"version": doc.version, "sha256": hashlib.sha256(data).hexdigest(),
+            "length": len(doc.text), "lineCount": doc.line_count}
+
+
+def outcome_handler(event: str) -> Callable[[FimlsServer, Any], None]:
+    """The handler of one outcome notification: logs ``event`` for the request it names."""
+    def on_outcome(ls: FimlsServer, params: Any) -> None:
+        ls.outcome(event, params)
+    on_outcome.__doc__ = f"Log a suggestion as {event}."
+    return on_outcome
+
+
+async def completion(ls: FimlsServer, params: types.CompletionParams,
+                     ) -> types.CompletionList:
+    """textDocument/completion, for clients without inline completion: one item that
+    replaces the word before the cursor (clients filter items by it)."""
+    got = await ls.complete_at(params.text_document.uri, params.position)
+    if got is None:
+        return types.CompletionList(is_incomplete=True, items=[])
+    text, doc, pos, _rid = got
+    line_start = doc.offset_at(Pos(pos.line, 0), ls.encoding)
+    cursor = doc.offset_at(pos, ls.encoding)
+    word = _WORD_TAIL.search(doc.text[max(line_start, cursor - 200):cursor])
+    typed = word.group(0) if word else ""
+    start = doc.position_at(cursor - len(typed), ls.encoding)
+    label = (typed + text).split("\n", 1)[0].strip() or text.strip()
+    at = types.Position(line=pos.line, character=pos.character)
+    edit = types.TextEdit(range=types.Range(
+        start=types.Position(line=start.line, character=start.character), end=at),
+        new_text=typed + text)
+    return types.CompletionList(is_incomplete=True, items=[types.CompletionItem(
+        label=label[:80], kind=types.CompletionItemKind.Snippet, detail="fimls",
+        filter_text=typed + text, text_edit=edit,
+        insert_text_format=types.InsertTextFormat.PlainText)])
+
+
+def exit_(ls: FimlsServer, params: Any) -> None:
+    """Record the spec's exit code: 0 after a shutdown request, 1 without one."""
+    ls.exit_code = 0 if ls.protocol._shutdown else 1
+
+
+def shutdown(ls: FimlsServer, params: Any) -> None:
+    """Stop the engine thread (pending requests are answered) and close the log."""
+    ls.scheduler.shutdown()
+    ls.latency_log.close()
+
+
 def build_server(options: Options, engine_factory: EngineFactory) -> FimlsServer:
-    """Create the server and register its features."""
+    """Create the server and register the handlers above."""
     server = FimlsServer(options, engine_factory)
-
-    @server.feature(types.INITIALIZE)
-    def initialize(ls: FimlsServer, params: types.InitializeParams) -> None:
-        ls._loop = asyncio.get_running_loop()
-        ls.encoding = str(ls.workspace.position_encoding or "utf-16")
-        roots = [f.uri for f in (params.workspace_folders or [])]
-        if not roots and params.root_uri:
-            roots = [params.root_uri]
-        ls.roots = roots
-        ls.apply_options(params.initialization_options, initial=True)
-        # Loading starts now, not at `initialized`: the client is still setting up anyway.
-        ls.start_loading()
-        log.info("client %s, position encoding %s",
-                 params.client_info.name if params.client_info else "?", ls.encoding)
-
-    @server.feature(types.INITIALIZED)
-    def initialized(ls: FimlsServer, params: types.InitializedParams) -> None:
-        ls._initialized = True
-        ls.begin_progress()
-
-    @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
-    def did_change_configuration(ls: FimlsServer,
-                                 params: types.DidChangeConfigurationParams) -> None:
-        ls.apply_options(params.settings, initial=False)
-
-    @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
-    async def inline_completion(ls: FimlsServer, params: types.InlineCompletionParams,
-                                ) -> types.InlineCompletionList:
-        got = await ls.complete_at(params.text_document.uri, params.position)
-        if got is None:
-            return types.InlineCompletionList(items=[])
-        text, _doc, pos, rid = got
-        at = types.Position(line=pos.line, character=pos.character)
-        # Clients run the item's command when it is accepted (VS Code does): that is how
-        # the latency log learns which suggestions were taken.
-        accept = types.Command(title="fimls: suggestion accepted", command=ACCEPT_COMMAND,
-                               arguments=[rid])
-        return types.InlineCompletionList(items=[types.InlineCompletionItem(
-            insert_text=text, range=types.Range(start=at, end=at), command=accept)])
-
-    @server.command(ACCEPT_COMMAND)
-    def accept_command(ls: FimlsServer, *args: Any) -> None:
-        ls.outcome("accepted", list(args))
-
-    @server.feature(STATUS_REQUEST)
-    def status(ls: FimlsServer, params: Any) -> dict[str, Any]:
-        """What the engine is doing: for status lines, and for tests that kill the worker."""
-        sched = ls.scheduler
-        return {"state": sched.state, "model": sched.model_name, "error": sched.load_error,
-                "serverPid": os.getpid(), "workerPid": getattr(sched.engine, "pid", None),
-                "restarts": sched.restarts}
-
-    @server.feature(DOCUMENT_STATE_REQUEST)
-    def document_state(ls: FimlsServer, params: Any) -> dict[str, Any] | None:
-        """The server's copy of a document, as a digest: lets a client (and the sync tests)
-        check that incremental edits were applied as it applied them, without echoing the
-        text back."""
-        uri = getattr(getattr(params, "textDocument", None), "uri", None)
-        doc = ls.docs.get(uri) if isinstance(uri, str) else None
-        if doc is None:
-            return None
-        data = doc.text.encode("utf-8", "surrogatepass")
-        return {"version": doc.version, "sha256": hashlib.sha256(data).hexdigest(),
-                "length": len(doc.text), "lineCount": doc.line_count}
-
+    server.feature(types.INITIALIZE)(initialize)
+    server.feature(types.INITIALIZED)(initialized)
+    server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)(did_change_configuration)
+    server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION,
+                   types.InlineCompletionOptions())(inline_completion)
+    server.command(ACCEPT_COMMAND)(accept_command)
+    server.feature(STATUS_REQUEST)(status)
+    server.feature(DOCUMENT_STATE_REQUEST)(document_state)
     for method, event in OUTCOME_NOTIFICATIONS.items():
-        def on_outcome(ls: FimlsServer, params: Any, event: str = event) -> None:
-            ls.outcome(event, params)
-        server.feature(method)(on_outcome)
-
-    @server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions())
-    async def completion(ls: FimlsServer, params: types.CompletionParams,
-                         ) -> types.CompletionList:
-        got = await ls.complete_at(params.text_document.uri, params.position)
-        if got is None:
-            return types.CompletionList(is_incomplete=True, items=[])
-        text, doc, pos, _rid = got
-        # Clients filter items by the word before the cursor: the item replaces that word.
-        line_start = doc.offset_at(Pos(pos.line, 0), ls.encoding)
-        cursor = doc.offset_at(pos, ls.encoding)
-        word = _WORD_TAIL.search(doc.text[max(line_start, cursor - 200):cursor])
-        typed = word.group(0) if word else ""
-        start = doc.position_at(cursor - len(typed), ls.encoding)
-        label = (typed + text).split("\n", 1)[0].strip() or text.strip()
-        at = types.Position(line=pos.line, character=pos.character)
-        edit = types.TextEdit(range=types.Range(
-            start=types.Position(line=start.line, character=start.character), end=at),
-            new_text=typed + text)
-        return types.CompletionList(is_incomplete=True, items=[types.CompletionItem(
-            label=label[:80], kind=types.CompletionItemKind.Snippet, detail="fimls",
-            filter_text=typed + text, text_edit=edit,
-            insert_text_format=types.InsertTextFormat.PlainText)])
-
-    @server.feature(types.EXIT)
-    def exit_(ls: FimlsServer, params: Any) -> None:
-        # The spec's exit codes: 0 after a shutdown request, 1 without one.
-        ls.exit_code = 0 if ls.protocol._shutdown else 1
-
-    @server.feature(types.SHUTDOWN)
-    def shutdown(ls: FimlsServer, params: Any) -> None:
-        ls.scheduler.shutdown()
-        ls.latency_log.close()
-
+        server.feature(method)(outcome_handler(event))
+    server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions())(completion)
+    server.feature(types.EXIT)(exit_)
+    server.feature(types.SHUTDOWN)(shutdown)
     return server
 
 

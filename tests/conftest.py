@@ -1,4 +1,13 @@
-"""Shared test configuration: servers log to a per-test cache dir, never the user's."""
+"""Shared test configuration: servers log to a per-test cache dir, never the user's.
+
+Tests come in three layers, marked here by file so that no test has to say it:
+
+- ``e2e``: the real embedded model (engine, worker process, ``fimls serve`` over stdio);
+- ``editor``: real editors (Neovim, VS Code) driving ``fimls serve``;
+- ``unit``: everything else, including the fake-engine server tests; seconds in all.
+
+``pytest -m unit`` runs the fast layer, ``pytest -m "not editor"`` skips the editors.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +16,25 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+# Files that load the real model; test_e2e_*.py are e2e by name.
+E2E_FILES = frozenset({"test_engine.py", "test_privacy.py", "test_sync_differential.py",
+                       "test_speculative.py", "test_worker.py"})
+
+
+def layer_of(filename: str) -> str:
+    """The marker (unit, e2e or editor) of the tests in ``filename``."""
+    if filename.startswith("test_editor_"):
+        return "editor"
+    if filename.startswith("test_e2e_") or filename in E2E_FILES:
+        return "e2e"
+    return "unit"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test with its layer (see the module docstring)."""
+    for item in items:
+        item.add_marker(getattr(pytest.mark, layer_of(item.path.name)))
 
 
 @pytest.fixture(autouse=True)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import gzip
 import json
 import sys
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +16,11 @@ from lsprotocol import types
 from pytest_lsp import LanguageClient
 from pytest_lsp.client import make_test_lsp_client
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-DATA = Path(__file__).resolve().parents[1] / "fimls" / "data"
+# The messages an editor sends most, shared with fimls bench and fimls soak.
+from fimls.tools.harness import inline, insert, load_tasks, open_doc, utf16_position
+
+__all__ = ["capabilities", "end_position", "humaneval", "inline", "insert", "open_doc",
+           "read_log", "session", "wait_ready"]
 
 
 def capabilities(*, encodings: Sequence[str] | None = None) -> types.ClientCapabilities:
@@ -73,54 +76,16 @@ async def session(*, args: Sequence[str] = (), init_options: dict[str, Any] | No
             await client.stop()
 
 
-def open_doc(client: LanguageClient, uri: str, text: str, version: int = 1,
-             language: str = "python") -> None:
-    """didOpen."""
-    client.text_document_did_open(types.DidOpenTextDocumentParams(
-        text_document=types.TextDocumentItem(uri=uri, language_id=language, version=version,
-                                             text=text)))
-
-
-def insert(client: LanguageClient, uri: str, version: int, line: int, character: int,
-           text: str) -> None:
-    """didChange inserting ``text`` at (line, character)."""
-    pos = types.Position(line=line, character=character)
-    client.text_document_did_change(types.DidChangeTextDocumentParams(
-        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
-        content_changes=[types.TextDocumentContentChangePartial(
-            range=types.Range(start=pos, end=pos), text=text)]))
-
-
-async def inline(client: LanguageClient, uri: str, line: int, character: int,
-                 ) -> types.InlineCompletionList | None:
-    """textDocument/inlineCompletion at (line, character)."""
-    return await client.text_document_inline_completion_async(types.InlineCompletionParams(
-        text_document=types.TextDocumentIdentifier(uri=uri),
-        position=types.Position(line=line, character=character),
-        context=types.InlineCompletionContext(
-            trigger_kind=types.InlineCompletionTriggerKind.Automatic)))
-
-
 def end_position(text: str) -> tuple[int, int]:
     """The (line, utf-16 character) position at the end of ``text``."""
-    lines = text.split("\n")
-    return len(lines) - 1, len(lines[-1].encode("utf-16-le")) // 2
+    return utf16_position(text)
 
 
 def humaneval(kind: str = "Single", n: int = 40, stride: int = 1) -> list[dict[str, str]]:
-    """HumanEval infilling tasks as {task_id, prefix, suffix, target}."""
-    path = DATA / f"HumanEval-{kind}LineInfilling.jsonl.gz"
-    tasks = []
-    with gzip.open(path, "rt", encoding="utf-8") as fh:
-        for i, line in enumerate(fh):
-            if i % stride:
-                continue
-            t = json.loads(line)
-            tasks.append({"task_id": t["task_id"], "prefix": t["prompt"], "suffix": t["suffix"],
-                          "target": t["canonical_solution"]})
-            if len(tasks) >= n:
-                break
-    return tasks
+    """HumanEval infilling tasks as {task_id, prefix, suffix, target}: every ``stride``-th
+    task from the first, at most ``n``."""
+    _, tasks = load_tasks(f"humaneval-{kind.lower()}", n, stride)
+    return [asdict(t) for t in tasks]
 
 
 def read_log(path: Path) -> list[dict[str, Any]]:

@@ -3,11 +3,24 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from fimls.config import Options, apply_dict, camel, describe, leaves
+from fimls.cli import build_parser
+from fimls.config import (
+    CompletionOptions,
+    ModelOptions,
+    Options,
+    apply_dict,
+    camel,
+    describe,
+    leaves,
+)
+from fimls.engine import engine_config
+from fimls.engine.api import CompletionRequest, EngineConfig
+from fimls.postprocess import StopPolicy
 
 
 def value(opts: Options, key: str) -> Any:
@@ -25,7 +38,8 @@ def test_defaults() -> None:
     o = Options()
     assert snapshot(o) == {
         "model": None, "nCtx": 4096, "nBatch": 512, "threads": None, "nGpuLayers": 0,
-        "fimOrder": "auto", "isolation": "process", "maxTokens": 64, "maxLines": 8,
+        "fimOrder": "auto", "isolation": "process", "loadTimeoutS": 300,
+        "cancelGraceMs": 5000, "maxTokens": 64, "maxLines": 8,
         "speculative": "auto",
         "draftModel": None, "draftMax": 8, "ngramMax": 3,
         "latencyLog": None, "logLevel": "INFO",
@@ -85,7 +99,9 @@ def test_input_options_not_mutated() -> None:
 
 PREVIOUS = {"nCtx": 2048, "nBatch": 256, "threads": 3, "maxTokens": 40, "maxLines": 4,
             "model": "/m.gguf", "logLevel": "WARNING", "speculative": "lookup",
-            "fimOrder": "psm", "latencyLog": "/l.jsonl", "nGpuLayers": 5}
+            "fimOrder": "psm", "latencyLog": "/l.jsonl", "nGpuLayers": 5,
+            "isolation": "thread", "loadTimeoutS": 60, "cancelGraceMs": 2000, "draftMax": 4,
+            "ngramMax": 2, "draftModel": "/d.gguf"}
 
 
 @pytest.mark.parametrize(("key", "bad"), [
@@ -110,6 +126,15 @@ PREVIOUS = {"nCtx": 2048, "nBatch": 256, "threads": 3, "maxTokens": 40, "maxLine
     ("logLevel", 10),
     ("speculative", "fast"),
     ("fimOrder", "mps"),
+    ("isolation", "fork"),
+    ("loadTimeoutS", 0),
+    ("loadTimeoutS", None),
+    ("cancelGraceMs", 99),
+    ("cancelGraceMs", "soon"),
+    ("draftMax", 65),
+    ("draftMax", -1),
+    ("ngramMax", 0),
+    ("draftModel", 1),
 ])
 def test_invalid_value_warns_once_and_keeps_previous(key: str, bad: Any) -> None:
     prev, warnings = apply_dict(Options(), PREVIOUS)
@@ -165,3 +190,86 @@ def test_describe_lists_every_option() -> None:
         assert default == value(opts, key)
         assert doc.strip(), key
     assert len({r[1] for r in rows}) == len(rows)
+
+
+@pytest.mark.parametrize(("key", "bad", "reason"), [
+    ("nCtx", 10, "must be >= 64"),
+    ("nCtx", "abc", "must be an integer"),
+    ("nCtx", None, "null is not allowed"),
+    ("threads", 0, "must be >= 1"),
+    ("draftMax", 65, "must be between 0 and 64"),
+    ("cancelGraceMs", 5, "must be >= 100"),
+    ("isolation", True, "must be a string"),
+    ("logLevel", "loud", "must be one of DEBUG, INFO, WARNING, ERROR"),
+    ("speculative", "fast", "must be one of auto, off, lookup, model"),
+    ("fimOrder", "x", "must be one of auto, psm, spm"),
+    ("isolation", "fork", "must be one of process, thread"),
+    ("model", 5, "must be a string path"),
+])
+def test_invalid_value_warning_says_what_is_allowed(key: str, bad: Any, reason: str) -> None:
+    _, warnings = apply_dict(Options(), {key: bad})
+    assert warnings == [f"invalid value {bad!r} for {key}: {reason}; "
+                        f"using {value(Options(), key)!r}"]
+
+
+def test_rules_live_on_the_fields() -> None:
+    """Every bounded or closed option says so in its field's metadata, which is what the
+    converter reads (no option is special-cased by name)."""
+    fields = {camel(f.name): f for sec in (ModelOptions, CompletionOptions)
+              for f in dataclasses.fields(sec)}
+    assert fields["nCtx"].metadata["min"] == 64
+    assert (fields["draftMax"].metadata["min"], fields["draftMax"].metadata["max"]) == (0, 64)
+    assert fields["speculative"].metadata["choices"] == ("auto", "off", "lookup", "model")
+    assert fields["threads"].metadata["nullable"] and fields["model"].metadata["kind"] == "path"
+    # A rule changed on the field is the rule applied.
+    old = fields["nCtx"].metadata
+    try:
+        object.__setattr__(fields["nCtx"], "metadata", {**old, "min": 1000})
+        _, warnings = apply_dict(Options(), {"nCtx": 512})
+        assert warnings and "must be >= 1000" in warnings[0]
+    finally:
+        object.__setattr__(fields["nCtx"], "metadata", old)
+
+
+def test_help_shows_defaults_keys_and_limits() -> None:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "cmd")
+    text = sub.choices["serve"].format_help()  # type: ignore[attr-defined]
+    flat = " ".join(text.split())
+    for key, flag, default, _doc in describe():
+        assert flag in flat and f"initializationOptions key: {key}" in flat
+        assert f"default: {default}" in flat
+    for words in ("Values: at least 64.", "Values: 0 to 64.", "Values: at least 100.",
+                  "Values: one of DEBUG, INFO, WARNING, ERROR."):
+        assert words in flat
+
+
+def test_defaults_are_written_once() -> None:
+    """The engine's and the request's defaults are the options' own."""
+    o = Options()
+    cfg = EngineConfig(model_path=Path("/m.gguf"))
+    assert (cfg.n_ctx, cfg.n_batch, cfg.threads, cfg.n_gpu_layers, cfg.fim_order,
+            cfg.draft_max, cfg.ngram_max) == (
+        o.model.n_ctx, o.model.n_batch, o.model.threads, o.model.n_gpu_layers,
+        o.model.fim_order, o.completion.draft_max, o.completion.ngram_max)
+    req = CompletionRequest(uri="u", version=1, prefix="", suffix="")
+    assert (req.max_tokens, req.max_lines, req.speculative) == (
+        o.completion.max_tokens, o.completion.max_lines, o.completion.speculative)
+    assert StopPolicy(ctx=None).max_lines == o.completion.max_lines  # type: ignore[arg-type]
+
+
+def test_engine_config_is_derived_from_the_options(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FIMLS_CACHE_DIR", str(tmp_path / "cache"))
+    main, draft = tmp_path / "m.gguf", tmp_path / "d.gguf"
+    for p in (main, draft):
+        p.write_bytes(b"GGUF" + bytes(60))
+    opts, warnings = apply_dict(Options(), {
+        "model": str(main), "draftModel": str(draft), "nCtx": 1024, "nBatch": 64,
+        "threads": 2, "nGpuLayers": 3, "fimOrder": "spm", "draftMax": 5, "ngramMax": 2,
+        "speculative": "off"})
+    assert warnings == []
+    assert engine_config(opts) == EngineConfig(
+        model_path=main, n_ctx=1024, n_batch=64, threads=2, n_gpu_layers=3, fim_order="spm",
+        draft_model=draft, draft_max=5, ngram_max=2, measure_costs=False,
+        cost_cache=tmp_path / "cache" / "verify-costs.json")

@@ -59,7 +59,7 @@ GPU_COSTS = {k: 1.0 + 0.02 * k for k in range(17)}
 
 
 def test_policy_declines_weak_drafts_on_cpu_and_takes_the_tail() -> None:
-    pol = DraftPolicy(batch_cost=CPU_COSTS, max_draft=8)
+    pol = DraftPolicy(prior=CPU_COSTS, max_draft=8)
     assert pol.choose("context", 8) == 0
     assert pol.choose("suffix", 8) == 0
     k = pol.choose("tail", 8)
@@ -69,13 +69,13 @@ def test_policy_declines_weak_drafts_on_cpu_and_takes_the_tail() -> None:
 
 
 def test_policy_drafts_more_where_verification_is_cheap() -> None:
-    pol = DraftPolicy(batch_cost=GPU_COSTS, max_draft=16)
+    pol = DraftPolicy(prior=GPU_COSTS, max_draft=16)
     assert pol.choose("context", 16) > 0
     assert pol.choose("tail", 16) == 16
 
 
 def test_policy_learns_from_rejections() -> None:
-    pol = DraftPolicy(batch_cost=CPU_COSTS, max_draft=8)
+    pol = DraftPolicy(prior=CPU_COSTS, max_draft=8)
     assert pol.choose("tail", 8) > 0
     for _ in range(30):
         pol.record("tail", 8, 0)
@@ -84,13 +84,13 @@ def test_policy_learns_from_rejections() -> None:
 
 
 def test_forced_mode_always_drafts() -> None:
-    pol = DraftPolicy(batch_cost=CPU_COSTS, max_draft=8)
+    pol = DraftPolicy(prior=CPU_COSTS, max_draft=8)
     assert pol.choose("context", 8, force=True) > 0
     assert pol.choose("model", 8, extra_cost=1.0) == 0
 
 
 def test_cost_interpolation_and_extrapolation() -> None:
-    pol = DraftPolicy(batch_cost={0: 1.0, 2: 2.0, 4: 3.0})
+    pol = DraftPolicy(prior={0: 1.0, 2: 2.0, 4: 3.0})
     assert pol.cost(1) == pytest.approx(1.5)
     assert pol.cost(6) == pytest.approx(4.0)
 
@@ -109,3 +109,51 @@ def test_top_probability() -> None:
     assert tok == 1 and p > 0.99
     tok, p = top_probability(np.zeros(4, dtype=np.float32))
     assert p == pytest.approx(0.25)
+
+
+def test_noisy_prior_is_made_monotone() -> None:
+    # The table the issue saw cached after a start on a busy machine: a batch of 2 "cheaper"
+    # than a batch of 1. Pooled, it is non-decreasing and keeps the table's average.
+    pol = DraftPolicy(prior={0: 1.0, 1: 5.28, 2: 3.30, 3: 2.91})
+    costs = [pol.cost(k) for k in range(4)]
+    assert costs == sorted(costs)
+    assert costs[1] == pytest.approx((5.28 + 3.30 + 2.91) / 3)
+
+
+def test_costs_are_learned_from_real_timings() -> None:
+    # A prior measured on a busy machine prices every draft out ...
+    pol = DraftPolicy(prior={0: 1.0, 1: 5.0, 2: 6.0, 4: 8.0, 8: 12.0}, max_draft=8,
+                      explore_every=0)
+    assert pol.choose("context", 8) == 0
+    # ... then real requests show verify batches costing about one step (a GPU).
+    for _ in range(20):
+        pol.observe(0, 0.010)
+        for k in (1, 2, 4, 8):
+            pol.observe(k, 0.0105 + 0.0002 * k)
+    assert pol.cost(4) == pytest.approx(1.13, abs=0.05)
+    assert pol.choose("context", 8) > 0
+
+
+def test_one_stall_does_not_swing_the_learned_cost() -> None:
+    pol = DraftPolicy(prior={0: 1.0, 4: 3.0})
+    for _ in range(20):
+        pol.observe(0, 0.010)
+        pol.observe(4, 0.030)
+    before = pol.cost(4)
+    pol.observe(4, 3.0)  # the machine stalled for 3 s during one verify batch
+    assert pol.cost(4) < before * 1.25
+
+
+def test_refused_lengths_are_still_explored() -> None:
+    pol = DraftPolicy(prior=CPU_COSTS, max_draft=8, explore_every=4)
+    picks = [pol.choose("context", 8) for _ in range(8)]
+    assert picks.count(0) == 6 and all(p > 0 for p in picks[3::4])
+
+
+def test_draft_model_step_cost_is_learned() -> None:
+    pol = DraftPolicy(draft_step_prior=1.0)
+    assert pol.draft_step_cost == 1.0
+    for _ in range(10):
+        pol.observe(0, 0.040)
+        pol.observe_draft(0.040, 4)  # 10 ms per drafted token: a quarter of a main step
+    assert pol.draft_step_cost == pytest.approx(0.25, abs=0.01)

@@ -10,6 +10,7 @@ import select
 import subprocess
 import sys
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +18,12 @@ import pytest
 
 
 class Raw:
-    """A bare stdio JSON-RPC peer for ``fimls serve``."""
+    """A bare stdio JSON-RPC peer for ``fimls serve`` (or for ``command``, a server such as
+    the fake-engine one in tests/fake_server.py)."""
 
-    def __init__(self, *args: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "fimls", "serve", "--log-level",
-                                      "ERROR", *args], stdin=subprocess.PIPE,
+    def __init__(self, *args: str, command: Sequence[str] | None = None) -> None:
+        cmd = list(command or [sys.executable, "-m", "fimls", "serve", "--log-level", "ERROR"])
+        self.proc = subprocess.Popen([*cmd, *args], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         self._ids = itertools.count(1000)
         self._buf = b""
@@ -116,7 +118,7 @@ def gone(pid: int, timeout: float) -> bool:
 
 
 @pytest.fixture
-def raw() -> Raw:
+def raw() -> Iterator[Raw]:
     peer = Raw()
     peer.send({"jsonrpc": "2.0", "id": 1, "method": "initialize",
                "params": {"capabilities": {}}})
@@ -239,7 +241,8 @@ def test_text_that_was_not_utf8_on_disk(raw: Raw) -> None:
     assert reply["result"]["items"], reply
 
 
-@pytest.mark.parametrize(("body", "reply_id", "code"), [
+# A message body, the id its error reply carries, and the error code.
+ODD_MESSAGES: list[tuple[bytes, Any, int]] = [
     (b"null", None, -32600),
     (b"42", None, -32600),
     (b'"text"', None, -32600),
@@ -255,7 +258,10 @@ def test_text_that_was_not_utf8_on_disk(raw: Raw) -> None:
     (b'{"jsonrpc": "2.0", "id": 12, "method": "textDocument/inlineCompletion", "params": '
      b'{"textDocument": {"uri": "file:///a"}, "position": {"line": 1099511627776, '
      b'"character": 0}, "context": {"triggerKind": 1}}}', 12, -32602),
-])
+]
+
+
+@pytest.mark.parametrize(("body", "reply_id", "code"), ODD_MESSAGES)
 def test_odd_messages_get_the_right_error(raw: Raw, body: bytes, reply_id: Any,
                                           code: int) -> None:
     raw.send(body)

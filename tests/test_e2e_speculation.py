@@ -9,6 +9,7 @@ import pytest
 from lsprotocol import types
 
 from fimls.models import resolve_model
+from fimls.tools.harness import utf16_len
 from tests.lsp_helpers import end_position, humaneval, inline, insert, open_doc, read_log, session
 
 pytestmark = pytest.mark.asyncio
@@ -33,15 +34,18 @@ async def test_typing_the_suggestion_character_by_character(tmp_path: Path) -> N
                 if ch == "\n":
                     line, col = line + 1, 0
                 else:
-                    col += len(ch.encode("utf-16-le")) // 2
+                    col += utf16_len(ch)
                 r = await inline(c, uri, line, col)
                 assert r is not None
                 follow.append(r.items[0].insert_text if r.items else "")
             results[mode] = (shown, follow, read_log(log))
     shown, follow, recs = results["auto"]
-    # Each follow-up offers the rest of what was shown.
+    # Each follow-up offers the rest of what was shown (not nothing, which would start
+    # every string).
     for k, text in enumerate(follow, start=1):
-        assert isinstance(text, str) and shown[k:].startswith(text.rstrip("\n ")[:10])
+        assert isinstance(text, str)
+        if shown[k:].strip():
+            assert text.strip() and shown[k:].startswith(text.rstrip("\n ")[:10]), (k, text)
     ups = [r for r in recs if r["version"] > 1]
     assert len(ups) == 6
     # Served from what the model already computed: no prompt, no decode steps.
@@ -82,6 +86,6 @@ async def test_incompatible_draft_model_is_reported(tmp_path: Path) -> None:
             if client.messages:
                 break
             await asyncio.sleep(0.05)
+        # A warning, not an error: the server carries on without the draft model.
         assert any("refusing draft model" in m.message and "qwen-vocab.gguf" in m.message
-                   for m in client.messages)
-        assert any(m.type == types.MessageType.Error for m in client.messages)
+                   and m.type == types.MessageType.Warning for m in client.messages)

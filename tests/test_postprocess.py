@@ -57,6 +57,20 @@ def test_crlf_line_ends() -> None:
     assert c.next_lines == ("    c = 2",)
 
 
+def test_only_lsp_line_ends_split_lines() -> None:
+    """Form feed, NEL and U+2028 inside a line are text, as LSP counts lines; splitting on
+    them (str.splitlines) made the line after the cursor look like just its first piece."""
+    line = "    x = 1\f\x85\u2028y"
+    c = ctx("def f():\n    ", "\n" + line + "\n    z\n")
+    assert c.next_lines == (line, "    z")
+    assert c.following == line.strip()
+    # A suggestion that reaches that line, odd characters and all, stops before it...
+    assert finalize("a = 0\n" + line, c) == "a = 0"
+    assert stopped(StopPolicy(ctx=c), "a = 0\n" + line + "\n") == "a = 0"
+    # ...and one that only shares the line's first piece is kept.
+    assert finalize("a = 0\n    x = 1", c) == "a = 0\n    x = 1"
+
+
 # --- StopPolicy -------------------------------------------------------------------------
 
 

@@ -1,9 +1,21 @@
 """Speculative decoding against plain greedy decoding, on the real embedded model.
 
-Lossless means: the same output as ``--speculative off``, or a first difference at a
-position where the baseline's top-2 logit margin is tiny (batched CPU kernels are not
-bit-identical to one-token decoding, so near-ties may flip). The identical counts are
-printed in the test summary.
+What "lossless" can mean on a CPU: a verify batch of k+1 positions runs other matrix
+kernels than one-token decoding, and their float results differ in the last bits (how much
+depends on the CPU: AVX-512 and AVX2 kernels differ), so a near-tie between the top two
+tokens can flip. Comparing against ``--speculative off`` with a fixed margin therefore
+fails on some machines and says nothing about defects. These tests check what the engine
+computed instead:
+
+* **replay**: every decode the engine issued while drafting is run again on a second,
+  fresh context whose cache is cut to exactly the positions before that decode (what a
+  correct rollback leaves). The argmax at every logits position must be the engine's:
+  deterministic, on any CPU. A stale KV entry past a rollback point, a wrong position or
+  a wrongly kept draft token changes the logits and fails it;
+* the engine's record of its cache matches llama.cpp's (no position held past the
+  rollback point), for the main model and the draft model;
+* speculative outputs are identical to plain decoding's (reported) or differ first where
+  plain decoding's own top-2 margin is small (reported, with the largest seen).
 """
 
 from __future__ import annotations
@@ -17,34 +29,71 @@ import pytest
 from fimls.engine.api import CompletionRequest
 from fimls.engine.core import Engine, EngineConfig
 from fimls.engine.draft_model import ModelDraft
-from fimls.engine.llama import LlamaModel, ModelLoadError, Vocab
+from fimls.engine.llama import DecodeCall, LlamaModel, ModelLoadError, Vocab
 from fimls.models import resolve_model
 from tests.ggufs import write_vocab_gguf
 from tests.lsp_helpers import humaneval
 
-EPSILON = 0.5  # top-2 logit margin under which a flipped choice is numerical noise
 REPORT: list[str] = []
+N_CTX = 2048
 
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[Engine]:
     path = resolve_model(None)
-    eng = Engine(EngineConfig(model_path=path, n_ctx=2048, draft_model=path, draft_max=8))
+    eng = Engine(EngineConfig(model_path=path, n_ctx=N_CTX, draft_model=path, draft_max=8))
     yield eng
     eng.close()
+
+
+@pytest.fixture(scope="module")
+def replay_model(engine: Engine) -> Iterator[LlamaModel]:
+    model = LlamaModel(engine.cfg.model_path, n_ctx=N_CTX, n_batch=engine.model.n_batch,
+                       threads=engine.cfg.threads)
+    yield model
+    model.close()
 
 
 def _tasks() -> list[dict[str, str]]:
     return humaneval("Single", n=15, stride=70) + humaneval("Multi", n=15, stride=300)
 
 
-def _generate(engine: Engine, task: dict[str, str], mode: str) -> tuple[str, list[int], dict]:
+def _generate(engine: Engine, task: dict[str, str], mode: str,
+              calls: list[DecodeCall] | None = None) -> tuple[str, list[int], dict]:
     engine.reset()
     engine.prev_gen.clear()
+    engine.model.decode_log = calls
     req = CompletionRequest(uri="file:///t.py", version=1, prefix=task["prefix"],
                             suffix=task["suffix"], max_tokens=48, speculative=mode)
-    res = engine.complete(req, lambda: False)
+    try:
+        res = engine.complete(req, lambda: False)
+    finally:
+        engine.model.decode_log = None
+    # Our record of the cache is llama.cpp's: nothing held past a rollback point.
+    assert engine.model.kv_len() == len(engine.kv)
+    if engine.draft_model is not None and engine.draft_model.kv:
+        assert engine.draft_model.model.kv_len() == len(engine.draft_model.kv)
     return res.text, list(engine.prev_gen.get("file:///t.py", [])), res.record.__dict__
+
+
+def _replay(model: LlamaModel, calls: list[DecodeCall]) -> list[tuple[int, int, int, int]]:
+    """Re-run ``calls`` on a fresh cache cut before each one; (call, position, engine's
+    argmax, replay's argmax) wherever they differ."""
+    model.kv_truncate(0)
+    model.decode_log = []
+    diffs = []
+    try:
+        for i, call in enumerate(calls):
+            model.kv_truncate(call.start_pos)
+            assert model.decode(call.tokens, call.start_pos, call.logits_at)
+            got = model.decode_log[-1].argmax
+            diffs += [(i, call.start_pos + at, want, have)
+                      for at, want, have in zip(call.logits_at, call.argmax, got, strict=True)
+                      if want != have]
+    finally:
+        model.decode_log = None
+        model.kv_truncate(0)
+    return diffs
 
 
 def _margin_at(engine: Engine, task: dict[str, str], gen: list[int]) -> float:
@@ -52,42 +101,44 @@ def _margin_at(engine: Engine, task: dict[str, str], gen: list[int]) -> float:
     engine.reset()
     prompt = engine.build(CompletionRequest(uri="x", version=1, prefix=task["prefix"],
                                             suffix=task["suffix"], max_tokens=48))
-    seq = prompt.tokens + gen
-    nb = engine.model.n_batch
-    for s in range(0, len(seq), nb):
-        chunk = seq[s:s + nb]
-        last = s + nb >= len(seq)
-        engine.model.decode(chunk, s, [len(chunk) - 1] if last else [])
+    engine.model.prefill(prompt.tokens + gen, 0)
     top2 = np.sort(np.asarray(engine.model.logits(-1)))[-2:]
     engine.reset()
     return float(top2[1] - top2[0])
 
 
 @pytest.mark.parametrize("mode", ["lookup", "model"])
-def test_speculation_is_lossless(engine: Engine, mode: str) -> None:
+def test_speculation_is_lossless(engine: Engine, replay_model: LlamaModel, mode: str) -> None:
     tasks = _tasks()
     assert len(tasks) >= 30
-    identical, drafted, accepted = 0, 0, 0
+    identical = non_empty = drafted = accepted = batches = 0
+    margins: list[float] = []
     for task in tasks:
         base_text, base_tokens, _ = _generate(engine, task, "off")
-        text, tokens, rec = _generate(engine, task, mode)
+        calls: list[DecodeCall] = []
+        text, tokens, rec = _generate(engine, task, mode, calls)
+        non_empty += bool(base_text.strip())
         drafted += rec["drafted_tokens"]
         accepted += rec["accepted_tokens"]
+        batches += sum(1 for c in calls if len(c.logits_at) > 1)
+        assert _replay(replay_model, calls) == [], task["task_id"]
         if text == base_text:
             identical += 1
             continue
         j = next((i for i, (a, b) in enumerate(zip(base_tokens, tokens, strict=False))
                   if a != b), min(len(base_tokens), len(tokens)))
-        margin = _margin_at(engine, task, base_tokens[:j])
-        assert margin < EPSILON, (task["task_id"], j, margin)
-    REPORT.append(f"speculative={mode}: {identical}/{len(tasks)} outputs identical to "
-                  f"--speculative off (others diverge only at top-2 margins < {EPSILON}); "
-                  f"drafted {drafted}, accepted {accepted}")
-    # The draft path really ran, and a same-vocabulary drafter is mostly right.
-    assert drafted > 0 and accepted > 0
+        margins.append(_margin_at(engine, task, base_tokens[:j]))
+    REPORT.append(
+        f"speculative={mode}: {identical}/{len(tasks)} outputs identical to --speculative "
+        f"off; the others first differ where plain decoding's top-2 logit margin is "
+        f"{', '.join(f'{m:.2f}' for m in sorted(margins)) or '-'} (batched kernels); "
+        f"{batches} verify batches replayed exactly; drafted {drafted}, accepted {accepted}")
+    # The tasks produce real suggestions, the draft path really ran, and a same-vocabulary
+    # drafter (here the model itself) is mostly right.
+    assert non_empty >= 0.8 * len(tasks)
+    assert drafted > 0 and accepted > 0 and batches > 0
     if mode == "model":
         assert accepted >= 0.8 * drafted
-    assert identical >= 0.6 * len(tasks)
 
 
 def test_auto_mode_is_selective_where_verification_is_expensive(engine: Engine) -> None:
@@ -100,9 +151,13 @@ def test_auto_mode_is_selective_where_verification_is_expensive(engine: Engine) 
         generated += rec["generated_tokens"]
         if rec["drafted_tokens"] == 0:
             assert text == base_text
+    assert generated > 0
     if engine.policy.cost(4) >= 2.0:
         # A CPU-like machine: prompt-lookup drafts rarely pay, so auto verifies few.
         assert drafted <= 0.25 * generated, (drafted, generated, engine.policy.batch_cost)
+    else:
+        # Verification is nearly free (a GPU): auto drafts.
+        assert drafted > 0, engine.policy.batch_cost
 
 
 def test_typing_the_suggestion_reuses_it(engine: Engine) -> None:

@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from fimls.config import Options, apply_dict
+from fimls.engine import make_engine, worker
 from fimls.engine.api import (
     CompletionRequest,
     EngineConfig,
@@ -58,6 +63,72 @@ def test_worker_load_error_is_a_model_load_error(tmp_path: Path) -> None:
     assert str(bad) in str(info.value)
 
 
+def test_worker_load_timeout_kills_the_worker(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A load that never finishes (the model path is a FIFO nobody writes: opening it
+    blocks) fails with ModelLoadError after the timeout, and the worker is gone."""
+    fifo = tmp_path / "hang.gguf"
+    os.mkfifo(fifo)
+    procs: list[subprocess.Popen[bytes]] = []
+    real_popen = subprocess.Popen
+
+    def spy(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+        proc = real_popen(*args, **kwargs)
+        procs.append(proc)
+        return proc
+
+    monkeypatch.setattr(worker.subprocess, "Popen", spy)
+    outcome: list[BaseException | ProcessEngine] = []
+
+    def load() -> None:
+        try:
+            outcome.append(ProcessEngine(EngineConfig(model_path=fifo, measure_costs=False),
+                                         load_timeout_s=2))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    t0 = time.monotonic()
+    # In a thread, so that a load that never returns fails this test instead of hanging it.
+    loader = threading.Thread(target=load, daemon=True)
+    loader.start()
+    loader.join(30)
+    took = time.monotonic() - t0
+    try:
+        assert not loader.is_alive(), "the load did not time out"
+        assert len(outcome) == 1 and isinstance(outcome[0], ModelLoadError), outcome
+        assert str(fifo) in str(outcome[0]) and "within 2 s" in str(outcome[0])
+        assert took < 10
+        assert len(procs) == 1 and procs[0].poll() is not None  # killed and reaped
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def test_make_engine_passes_the_worker_options(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """loadTimeoutS and cancelGraceMs reach the worker engine (no environment variable)."""
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF" + bytes(60))
+    monkeypatch.setenv("FIMLS_CACHE_DIR", str(tmp_path / "cache"))
+    seen: dict[str, Any] = {}
+
+    class Fake:
+        def __init__(self, cfg: EngineConfig, **kwargs: Any) -> None:
+            seen.update(kwargs, cfg=cfg)
+
+    monkeypatch.setattr(worker, "ProcessEngine", Fake)
+    opts, warnings = apply_dict(Options(), {"model": str(model), "loadTimeoutS": 7,
+                                            "cancelGraceMs": 1500, "logLevel": "debug"})
+    assert warnings == []
+    assert isinstance(make_engine(opts), Fake)
+    assert seen["load_timeout_s"] == 7 and seen["cancel_grace_s"] == 1.5
+    assert seen["log_level"] == "DEBUG"
+    assert seen["cfg"].model_path == model
+    assert seen["cfg"].cost_cache == tmp_path / "cache" / "verify-costs.json"
+
+
 def test_worker_death_under_a_request_raises_and_reports(caplog: pytest.LogCaptureFixture,
                                                          ) -> None:
     eng = ProcessEngine(EngineConfig(model_path=resolve_model(None)), log_level="INFO")
@@ -73,6 +144,11 @@ def test_worker_death_under_a_request_raises_and_reports(caplog: pytest.LogCaptu
         threading.Timer(0.05, os.kill, (eng.pid, signal.SIGSEGV)).start()
         with pytest.raises(WorkerDied, match="SIGSEGV"):
             eng.complete(req2, lambda: False)
+        # The watcher thread reports the death just after it wakes the request; closing
+        # before it has (a busy machine) would mark the exit as expected and skip the report.
+        deadline = time.monotonic() + 10
+        while not exits and time.monotonic() < deadline:
+            time.sleep(0.01)
     finally:
         eng.close()
     assert exits == ["killed by signal 11 (SIGSEGV)"]

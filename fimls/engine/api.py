@@ -9,9 +9,13 @@ from __future__ import annotations
 import itertools
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
+from typing import Protocol
 
+from fimls.config import CompletionOptions, ModelOptions
 from fimls.latency import LatencyRecord
 
 _ids = itertools.count(1)
@@ -28,9 +32,10 @@ class CompletionRequest:
     prefix_offset: int = 0
     repo_name: str | None = None
     rel_path: str = ""
-    max_tokens: int = 64
-    max_lines: int = 8
-    speculative: str = "auto"
+    # The defaults are the options' (fimls.config), written there once.
+    max_tokens: int = CompletionOptions.max_tokens
+    max_lines: int = CompletionOptions.max_lines
+    speculative: str = CompletionOptions.speculative
     neighbors: list[str] = field(default_factory=list)  # text of other open buffers
     request_id: str = field(default_factory=lambda: f"r{next(_ids)}")
     created: float = field(default_factory=time.monotonic)
@@ -65,18 +70,24 @@ class CompletionResult:
 
 @dataclass(kw_only=True)
 class EngineConfig:
-    """Model and context settings the engine is built with."""
+    """Model and context settings the engine is built with.
+
+    Derived from the options by :func:`fimls.engine.engine_config` (model paths resolved);
+    the defaults here are the options' own, for tests that build one by hand.
+    """
 
     model_path: Path
-    n_ctx: int = 4096
-    n_batch: int = 512
-    threads: int | None = None
-    n_gpu_layers: int = 0
-    fim_order: str = "auto"
+    n_ctx: int = ModelOptions.n_ctx
+    n_batch: int = ModelOptions.n_batch
+    threads: int | None = ModelOptions.threads
+    n_gpu_layers: int = ModelOptions.n_gpu_layers
+    fim_order: str = ModelOptions.fim_order
     draft_model: Path | None = None
-    draft_max: int = 8
-    ngram_max: int = 3
+    draft_max: int = CompletionOptions.draft_max
+    ngram_max: int = CompletionOptions.ngram_max
     measure_costs: bool = True
+    cost_cache: Path | None = None
+    """JSON file where measured verify costs are kept between starts; None: not kept."""
 
 
 class EngineError(Exception):
@@ -118,3 +129,56 @@ def check_gguf_file(path: Path) -> None:
         raise ModelLoadError(f"model file is empty: {path}")
     if magic != b"GGUF":
         raise ModelLoadError(f"not a GGUF file (bad magic {magic!r}): {path}")
+
+
+class EngineState(str, Enum):
+    """Where the engine in service stands (the ``state`` of ``fimls/status``, as a string).
+
+    A str enum, so the wire value and comparisons with plain strings stay as they were.
+    """
+
+    IDLE = "idle"  # nothing asked for yet
+    LOADING = "loading"  # a (re)load is under way; requests are answered empty
+    READY = "ready"
+    FAILED = "failed"  # the load failed; requests are answered empty with the error
+    RESTARTING = "restarting"  # the engine process died; a new one starts after a back-off
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class EngineLike(Protocol):
+    """What the scheduler and the server need from an engine.
+
+    Two implementations: :class:`fimls.engine.core.Engine` (in this process) and
+    :class:`fimls.engine.worker.ProcessEngine` (in a worker process); the tests add a fake.
+    """
+
+    model_name: str
+    # Load-time problems the engine worked around (a refused draft model): shown to the user.
+    warnings: list[str]
+    # Called with a reason (from any thread) when the engine's process dies on its own;
+    # never called for an in-process engine, or after ``close``.
+    on_exit: Callable[[str], None] | None
+
+    @property
+    def pid(self) -> int | None:
+        """The process that runs the model, or None when it is this one."""
+        ...
+
+    def complete(self, req: CompletionRequest,
+                 cancelled: Callable[[], bool]) -> CompletionResult:
+        """Run ``req``; ``cancelled`` is polled and the engine stops soon after it is true."""
+        ...
+
+    def interrupt(self, request_id: str) -> None:
+        """``request_id`` was cancelled (any thread): stop now rather than at the next poll."""
+        ...
+
+    def reset(self) -> None:
+        """Forget cached state (KV cache, remembered suggestions) after a failure."""
+        ...
+
+    def close(self) -> None:
+        """Free the model (and end its process)."""
+        ...

@@ -21,15 +21,18 @@ needed, so a request that stops never pays for its last token.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from fimls.drafting import Draft, DraftPolicy, PromptLookupDraft
+from fimls.drafting import Draft, DraftPolicy, PromptLookupDraft, monotone
 from fimls.engine.api import CompletionRequest, CompletionResult, EngineConfig
+from fimls.engine.cpu import extra_buffers_usable
 from fimls.engine.llama import LlamaModel, ModelLoadError
 from fimls.latency import LatencyRecord
 from fimls.postprocess import CursorContext, StopPolicy, finalize
@@ -56,13 +59,38 @@ def _lcp(a: list[int], b: list[int]) -> int:
     return i
 
 
+@dataclass(kw_only=True)
+class _Decoding:
+    """The state of one request's decode loop."""
+
+    req: CompletionRequest
+    rec: LatencyRecord
+    cancelled: Callable[[], bool]
+    seq: list[int]  # prompt tokens, then the generated ones
+    common: int  # leading tokens of ``seq`` that the cache holds
+    remaining: bytes  # forced text (token healing) not yet emitted
+    ctx: CursorContext
+    policy: StopPolicy
+    drafting: bool
+    ban_leading_newline: bool
+    out: bytearray = field(default_factory=bytearray)
+    text: str = ""
+    gen: list[int] = field(default_factory=list)
+    prompt_done: bool = False
+    t_first: float | None = None
+    sources: dict[str, int] = field(default_factory=dict)  # accepted tokens per source
+
+
 class Engine:
     """Owns one model and its context; not thread-safe (one worker thread calls it)."""
 
     def __init__(self, cfg: EngineConfig) -> None:
         self.cfg = cfg
+        kernels_cache = cfg.cost_cache.with_name("cpu-kernels.json") if cfg.cost_cache else None
         self.model = LlamaModel(cfg.model_path, n_ctx=cfg.n_ctx, n_batch=cfg.n_batch,
-                                threads=cfg.threads, n_gpu_layers=cfg.n_gpu_layers)
+                                threads=cfg.threads, n_gpu_layers=cfg.n_gpu_layers,
+                                extra_buffers=extra_buffers_usable(cfg.model_path,
+                                                                   kernels_cache))
         self.vocab = self.model.vocab
         self.template: FimTemplate = detect_template(self.vocab, order=cfg.fim_order)
         self.model_name = cfg.model_path.name
@@ -80,9 +108,8 @@ class Engine:
         self._buffer_tokens: dict[str, list[int]] = {}
         self.draft_model: Any = None
         if cfg.measure_costs:
-            self.policy.batch_cost = self._cached_costs()
+            self.policy.prior = self._prior_costs()
         self.warnings: list[str] = []
-        self.draft_step_cost = 0.0
         if cfg.draft_model is not None:
             from fimls.engine.draft_model import ModelDraft
 
@@ -97,17 +124,35 @@ class Engine:
                 log.error("%s", exc)
                 self.warnings.append(f"{exc}; continuing without a draft model")
             else:
-                self.draft_step_cost = (self._measure_draft_step() if cfg.measure_costs
-                                        else 1.0)
+                if cfg.measure_costs:
+                    self.policy.draft_step_prior = self._measure_draft_step()
         log.info("model %s loaded: n_vocab=%d n_ctx=%d template=%s/%s", self.model_name,
                  self.vocab.n_tokens, self.model.n_ctx, self.template.kind,
                  self.template.family)
 
     def close(self) -> None:
-        """Free native resources."""
+        """Free native resources; keep what this run learned of verify costs as the next
+        run's prior."""
+        step = self.policy.timings.get(0)
+        learned = [t for k, t in self.policy.timings.items() if k and t.samples]
+        if (self.cfg.measure_costs and step is not None
+                and step.samples >= DraftPolicy.FULL_WEIGHT and learned):
+            self._write_cost_cache(self.policy.batch_cost)
         if self.draft_model is not None:
             self.draft_model.close()
         self.model.close()
+
+    # -- EngineLike: an in-process engine has no process of its own to die or to interrupt.
+
+    on_exit: Callable[[str], None] | None = None  # never called: nothing to exit
+
+    @property
+    def pid(self) -> int | None:
+        """None: the model runs in the server's own process."""
+        return None
+
+    def interrupt(self, request_id: str) -> None:
+        """Nothing to do: ``cancelled`` is polled on this process's own thread."""
 
     # -- cost model -----------------------------------------------------------------------
 
@@ -116,75 +161,86 @@ class Engine:
         head = [self.vocab.bos] if self.vocab.bos >= 0 else []
         return (head + self.vocab.tokenize(text * 4))[:64]
 
-    def _cached_costs(self) -> dict[int, float]:
-        """Batch costs for this model and settings, measured once per machine and cached."""
-        import json
-
-        from fimls.models import cache_dir
-
+    def _cost_key(self) -> str:
         st = self.cfg.model_path.stat()
-        key = (f"{self.cfg.model_path.resolve()}|{st.st_size}|{st.st_mtime_ns}|"
-               f"{self.cfg.threads}|{self.cfg.n_gpu_layers}|{self.cfg.n_batch}|{self.policy.max_draft}")
-        path = cache_dir() / "verify-costs.json"
+        return (f"{self.cfg.model_path.resolve()}|{st.st_size}|{st.st_mtime_ns}|"
+                f"{self.cfg.threads}|{self.cfg.n_gpu_layers}|{self.cfg.n_batch}|"
+                f"{self.policy.max_draft}")
+
+    def _read_cost_cache(self) -> dict[str, Any]:
+        path = self.cfg.cost_cache
+        if path is None:
+            return {}
         try:
             table = json.loads(path.read_text())
         except (OSError, ValueError):
-            table = {}
-        if isinstance(table, dict) and isinstance(table.get(key), dict):
+            return {}
+        return table if isinstance(table, dict) else {}
+
+    def _prior_costs(self) -> dict[int, float]:
+        """The starting cost table: cached from an earlier run (measured at its start, or
+        learned during it), else measured now. Real timings then refine it."""
+        entry = self._read_cost_cache().get(self._cost_key())
+        if isinstance(entry, dict):
             try:
-                return {int(k): float(v) for k, v in table[key].items()}
+                return {int(k): float(v) for k, v in entry.items()}
             except (TypeError, ValueError):
                 pass
         costs = self.measure_batch_costs()
-        if not isinstance(table, dict):
-            table = {}
-        table[key] = costs
+        self._write_cost_cache(costs)
+        return costs
+
+    def _write_cost_cache(self, costs: dict[int, float]) -> None:
+        path = self.cfg.cost_cache
+        if path is None:
+            return
+        table = self._read_cost_cache()
+        table[self._cost_key()] = {str(k): round(v, 4) for k, v in sorted(costs.items())}
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(table))
         except OSError:
             log.debug("cannot cache verify costs at %s", path)
-        return costs
 
     def measure_batch_costs(self) -> dict[int, float]:
         """Time verify batches of k+1 positions against one step, on this machine.
 
         Matrix kernels change with the batch size (on a CPU, 5 positions can cost less
-        than 3), so every draft length up to the maximum is timed.
+        than 3), so every draft length up to the maximum is timed, in interleaved rounds
+        (the median of three), so a burst of load hits every length alike.
         """
         base = self._probe_tokens()
         n = len(base)
         self.model.kv_truncate(0)
-        self.model.decode(base, 0, [n - 1])
-        times: dict[int, float] = {}
+        self.model.prefill(base, 0)
         extra = (base[1:] * 2)[:self.policy.max_draft + 1]
-        for k in range(self.policy.max_draft + 1):
-            if k + 1 > self.model.n_batch // 2:
-                break
-            best = float("inf")
-            for _ in range(2 if k else 5):
+        lengths = [k for k in range(self.policy.max_draft + 1) if k + 1 <= self.model.n_batch // 2]
+        samples: dict[int, list[float]] = {k: [] for k in lengths}
+        for _ in range(3):
+            for k in lengths:
                 self.model.kv_truncate(n)
                 t0 = time.perf_counter()
                 self.model.decode(extra[:k + 1], n, list(range(k + 1)))
                 for i in range(k + 1):
                     int(np.argmax(self.model.logits(i)))
-                best = min(best, time.perf_counter() - t0)
-            times[k] = best
+                samples[k].append(time.perf_counter() - t0)
         self.model.kv_truncate(0)
         self.kv, self.nxt = [], []
-        costs = {k: t / times[0] for k, t in times.items()}
+        times = {k: sorted(v)[1] for k, v in samples.items()}
+        costs = monotone({k: t / times[0] for k, t in times.items()})
         log.info("verify cost (x one step) by draft length: %s",
                  ", ".join(f"{k}:{c:.2f}" for k, c in sorted(costs.items())))
         return costs
 
     def _measure_draft_step(self) -> float:
-        """The draft model's single step, relative to the main model's."""
+        """The draft model's single step, relative to the main model's (a prior: real
+        proposals refine it)."""
         dm = self.draft_model
         base = self._probe_tokens()
 
         def step(model: LlamaModel) -> float:
             model.kv_truncate(0)
-            model.decode(base, 0, [len(base) - 1])
+            model.prefill(base, 0)
             best = float("inf")
             for _ in range(3):
                 model.kv_truncate(len(base))
@@ -258,31 +314,53 @@ class Engine:
 
     # -- evaluation ---------------------------------------------------------------------
 
-    def _evaluate(self, seq: list[int], common: int, cancelled: Callable[[], bool]) -> None:
+    def _truncate(self, n: int) -> None:
+        """Make the cache (and our record of it) hold only the first ``n`` positions."""
+        if n < len(self.kv):
+            self._fresh_from = min(self._fresh_from, n)
+            self.model.kv_truncate(n)
+            del self.kv[n:]
+            del self.nxt[n:]
+
+    def _evaluate(self, seq: list[int], common: int) -> None:
         """Make the cache hold exactly ``seq`` with logits at its last position."""
         n = len(seq)
         start = min(common, n - 1)
-        self._fresh_from = min(self._fresh_from, start)
-        if start < len(self.kv):
-            self.model.kv_truncate(start)
-            del self.kv[start:]
-            del self.nxt[start:]
-        nb = self.model.n_batch
-        pos = start
-        while pos < n:
-            if cancelled():
-                raise Cancelled
-            chunk = seq[pos:pos + nb]
-            last = pos + len(chunk) == n
-            ok = self.model.decode(chunk, pos, [len(chunk) - 1] if last else [])
-            if not ok:
-                self.model.kv_truncate(pos)
-                raise Cancelled
-            self.kv.extend(chunk)
-            self.nxt.extend([None] * len(chunk))
-            self._evaluated += len(chunk)
-            pos += len(chunk)
+        self._truncate(start)
+        t0 = time.perf_counter()
+        done = self.model.prefill(seq[start:], start)
+        self.kv.extend(seq[start:start + done])
+        self.nxt.extend([None] * done)
+        self._evaluated += done
+        if done < n - start:
+            raise Cancelled
         self.nxt[n - 1] = int(np.argmax(self.model.logits(-1)))
+        if done == 1:
+            self.policy.observe(0, time.perf_counter() - t0)
+
+    def _verify(self, seq: list[int], draft: list[int]) -> int:
+        """Evaluate ``[seq[-1]] + draft`` in one batch; keep the agreeing prefix.
+
+        Precondition: the cache holds exactly ``seq[:-1]``. Afterwards it holds ``seq`` plus
+        the accepted draft tokens, with the greedy choice after each of them in ``nxt``.
+        """
+        n = len(seq)
+        batch = [seq[-1], *draft]
+        t0 = time.perf_counter()
+        if not self.model.decode(batch, n - 1, list(range(len(batch)))):
+            self.model.kv_truncate(n - 1)
+            raise Cancelled
+        self._evaluated += len(batch)
+        preds = [int(np.argmax(self.model.logits(i))) for i in range(len(batch))]
+        self.policy.observe(len(draft), time.perf_counter() - t0)
+        a = 0
+        while a < len(draft) and preds[a] == draft[a]:
+            a += 1
+        self.kv.extend(batch[:a + 1])
+        self.nxt.extend(preds[:a + 1])
+        # Roll the cache back past the first disagreement.
+        self.model.kv_truncate(n + a)
+        return a
 
     # -- the request --------------------------------------------------------------------
 
@@ -358,8 +436,8 @@ class Engine:
                 self._buffer_tokens.pop(next(iter(self._buffer_tokens)))
         return toks
 
-    def _propose(self, req: CompletionRequest, seq: list[int]) -> tuple[Draft, int] | None:
-        """The draft worth verifying now and how many of its tokens, or None."""
+    def _propose(self, req: CompletionRequest, seq: list[int]) -> Draft | None:
+        """The draft worth verifying now (already cut to the length worth it), or None."""
         mode = req.speculative
         force = mode in ("lookup", "model")
         budget = self.policy.max_draft
@@ -370,42 +448,53 @@ class Engine:
                                   or mode == "lookup"):
                 k = self.policy.choose(d.source, len(d.tokens), d.match_len, force=force)
                 if k > 0:
-                    return Draft(d.tokens[:k], d.source, d.match_len), k
+                    return Draft(d.tokens[:k], d.source, d.match_len)
         if self.draft_model is not None and mode in ("auto", "model"):
-            k = self.policy.choose("model", budget, extra_cost=self.draft_step_cost,
+            k = self.policy.choose("model", budget, extra_cost=self.policy.draft_step_cost,
                                    force=force)
             if k > 0:
+                t0 = time.perf_counter()
                 d = self.draft_model.propose(seq, k)
                 if d is not None:
-                    return d, len(d.tokens)
+                    self.policy.observe_draft(time.perf_counter() - t0, len(d.tokens))
+                return d
         return None
-
-    def _verify(self, seq: list[int], draft: list[int], cancelled: Callable[[], bool]) -> int:
-        """Evaluate ``[seq[-1]] + draft`` in one batch; keep the agreeing prefix.
-
-        Precondition: the cache holds exactly ``seq[:-1]``. Afterwards it holds ``seq`` plus
-        the accepted draft tokens, with the greedy choice after each of them in ``nxt``.
-        """
-        n = len(seq)
-        batch = [seq[-1], *draft]
-        if cancelled():
-            raise Cancelled
-        if not self.model.decode(batch, n - 1, list(range(len(batch)))):
-            self.model.kv_truncate(n - 1)
-            raise Cancelled
-        self._evaluated += len(batch)
-        preds = [int(np.argmax(self.model.logits(i))) for i in range(len(batch))]
-        a = 0
-        while a < len(draft) and preds[a] == draft[a]:
-            a += 1
-        self.kv.extend(batch[:a + 1])
-        self.nxt.extend(preds[:a + 1])
-        # Roll the cache back past the first disagreement.
-        self.model.kv_truncate(n + a)
-        return a
 
     def _run(self, req: CompletionRequest, rec: LatencyRecord,
              cancelled: Callable[[], bool]) -> str:
+        """The decode loop: next token (memo, draft or evaluate), constraint, emit."""
+        st = self._start(req, rec, cancelled)
+        if st is None:
+            return ""
+        rec.stop = "max_tokens"
+        while len(st.gen) < req.max_tokens:
+            if cancelled():
+                raise Cancelled
+            if len(st.seq) >= self.model.n_ctx - 1:
+                # A tiny context (or a huge max_tokens): stop before llama.cpp runs out.
+                rec.stop = "context_full"
+                break
+            greedy = self._next_greedy(st)
+            if greedy is None:
+                break
+            tok = self._constrain(st, *greedy)
+            if tok is None:
+                rec.stop = "no_token"
+                break
+            if self._emit(st, tok):
+                break
+        rec.generated_tokens = len(st.gen)
+        rec.evaluated_tokens = self._evaluated
+        if st.sources:
+            rec.draft = max(st.sources, key=lambda k: st.sources[k])
+        if st.t_first is not None:
+            rec.decode_ms = (time.monotonic() - st.t_first) * 1000.0
+        self._remember(req.uri, st.gen)
+        return finalize(st.text, st.ctx)
+
+    def _start(self, req: CompletionRequest, rec: LatencyRecord,
+               cancelled: Callable[[], bool]) -> _Decoding | None:
+        """Build and align the prompt, prepare the drafters; None if the prompt is empty."""
         spec = req.speculative != "off"
         if not spec:
             # Plain greedy decoding: nothing computed for an earlier request is reused but
@@ -415,125 +504,116 @@ class Engine:
         tokens, constraint = prompt.tokens, prompt.constraint
         if spec and self.template.kind == "continuation":
             tokens, constraint = self._align_with_path(prompt)
-        drafting = self._setup_drafters(req, tokens)
-        ctx = CursorContext.from_text(req.prefix, req.suffix)
-        policy = StopPolicy(ctx=ctx, max_lines=req.max_lines)
-        # On a blank line a suggestion never starts with a newline (it would be invisible
-        # ghost text); ruling it out while decoding, rather than trimming it afterwards,
-        # keeps the shown text identical to the model's token path, so typing it reuses it.
-        ban_leading_newline = ctx.mode != "line" and not ctx.line_prefix.strip()
-        stop_ids = self.template.stop_ids
-        vocab = self.vocab
-
-        seq = list(tokens)
-        common = _lcp(seq, self.kv)
+        rec.prompt_tokens = len(tokens)
         self._fresh_from = len(self.kv)  # nxt below this index predates the request
         self._evaluated = 0
-        rec.prompt_tokens = len(seq)
-        rec.reused_tokens = min(common, len(seq))
-        out = bytearray()
-        remaining = constraint
-        text = ""
-        prompt_done = False
-        t_first: float | None = None
-        gen_tokens: list[int] = []
-        sources: dict[str, int] = {}
-        rec.stop = "max_tokens"
-        while len(gen_tokens) < req.max_tokens:
-            if cancelled():
-                raise Cancelled
-            n = len(seq)
-            if n >= self.model.n_ctx - 1:
-                # A tiny context (or a huge max_tokens): stop before llama.cpp runs out.
-                rec.stop = "context_full"
-                break
-            live = False
-            if common >= n and self.nxt[n - 1] is not None:
-                # Known from this request's verification, or (speculative modes) from the
-                # generation that produced this token path: no compute at all.
-                if n - 1 < self._fresh_from:
-                    rec.memo_tokens += 1
-            elif (rec.memo_tokens >= MIN_MEMO_SUGGESTION and self._evaluated == 0
-                  and not remaining and out.strip()):
-                # The user is typing the previous suggestion: its rest is shown as it was
-                # rather than grown by one model step per keystroke.
-                rec.stop = "memo_end"
-                break
+        if not tokens:
+            # Nothing to condition on (a model without BOS, an empty prefix): the logits
+            # at hand belong to some earlier request.
+            rec.stop = "empty_prompt"
+            return None
+        ctx = CursorContext.from_text(req.prefix, req.suffix)
+        common = _lcp(tokens, self.kv)
+        rec.reused_tokens = min(common, len(tokens))
+        return _Decoding(
+            req=req, rec=rec, cancelled=cancelled, seq=list(tokens), common=common,
+            remaining=constraint, ctx=ctx, policy=StopPolicy(ctx=ctx, max_lines=req.max_lines),
+            drafting=self._setup_drafters(req, tokens),
+            # On a blank line a suggestion never starts with a newline (it would be
+            # invisible ghost text); ruling it out while decoding, rather than trimming it
+            # afterwards, keeps the shown text identical to the model's token path, so
+            # typing it reuses it.
+            ban_leading_newline=ctx.mode != "line" and not ctx.line_prefix.strip())
+
+    def _next_greedy(self, st: _Decoding) -> tuple[int, bool] | None:
+        """The greedy token after ``st.seq``, and whether its logits are live (just
+        computed) rather than remembered; None when the request should stop here."""
+        n = len(st.seq)
+        rec = st.rec
+        live = False
+        if st.common >= n and self.nxt[n - 1] is not None:
+            # Known from this request's verification, or (speculative modes) from the
+            # generation that produced this token path: no compute at all.
+            if n - 1 < self._fresh_from:
+                rec.memo_tokens += 1
+        elif (rec.memo_tokens >= MIN_MEMO_SUGGESTION and self._evaluated == 0
+              and not st.remaining and st.out.strip()):
+            # The user is typing the previous suggestion: its rest is shown as it was
+            # rather than grown by one model step per keystroke.
+            rec.stop = "memo_end"
+            return None
+        else:
+            t0 = time.monotonic()
+            draft = None
+            if (st.drafting and st.prompt_done and not st.remaining and st.common >= n - 1
+                    and n + self.policy.max_draft < self.model.n_ctx):
+                self._truncate(n - 1)
+                draft = self._propose(st.req, st.seq)
+            if draft is not None:
+                if st.cancelled():
+                    raise Cancelled
+                accepted = self._verify(st.seq, draft.tokens)
+                rec.drafted_tokens += len(draft.tokens)
+                rec.accepted_tokens += accepted
+                rec.draft_batches += 1
+                st.sources[draft.source] = st.sources.get(draft.source, 0) + accepted
+                self.policy.record(draft.source, len(draft.tokens), accepted)
             else:
-                t0 = time.monotonic()
-                proposal = None
-                if (drafting and prompt_done and not remaining and common >= n - 1
-                        and n + self.policy.max_draft < self.model.n_ctx):
-                    if len(self.kv) > n - 1:
-                        self._fresh_from = min(self._fresh_from, n - 1)
-                        self.model.kv_truncate(n - 1)
-                        del self.kv[n - 1:]
-                        del self.nxt[n - 1:]
-                    proposal = self._propose(req, seq)
-                if proposal is not None:
-                    draft, _k = proposal
-                    accepted = self._verify(seq, draft.tokens, cancelled)
-                    rec.drafted_tokens += len(draft.tokens)
-                    rec.accepted_tokens += accepted
-                    rec.draft_batches += 1
-                    sources[draft.source] = sources.get(draft.source, 0) + accepted
-                    self.policy.record(draft.source, len(draft.tokens), accepted)
-                else:
-                    self._evaluate(seq, common, cancelled)
-                common = n
-                if not prompt_done:
-                    rec.prompt_ms = (time.monotonic() - t0) * 1000.0
-                live = True
-            prompt_done = True
-            g = self.nxt[n - 1]
-            assert g is not None
-            tok = g
-            no_newline = not out and ban_leading_newline
-            if not self._allowed(g, remaining, no_newline):
-                # The greedy token breaks a constraint: choose among the tokens that keep
-                # it, from live logits (recomputed if the choice came from the cache).
-                if not live or len(self.kv) != n:
-                    self._evaluate(seq, n - 1, cancelled)
-                    common = n
-                pick = self._constrained_argmax(remaining, no_newline)
-                if pick is None:
-                    rec.stop = "no_token"
-                    break
-                tok = pick
-            if t_first is None:
-                t_first = time.monotonic()
-                rec.ttft_ms = (t_first - req.created) * 1000.0
-            if tok in stop_ids or vocab.is_eog(tok):
-                rec.stop = "eog"
-                break
-            piece = vocab.text_piece(tok)
-            if remaining:
-                if piece.startswith(remaining):
-                    piece = piece[len(remaining):]
-                    remaining = b""
-                else:
-                    remaining = remaining[len(piece):]
-                    piece = b""
-            seq.append(tok)
-            gen_tokens.append(tok)
-            if common == n and n < len(self.kv) and self.kv[n] == tok:
-                common = n + 1
-            if piece:
-                out += piece
-                text = out.decode("utf-8", "ignore")
-                cut = policy.cut(text)
-                if cut is not None:
-                    text = text[:cut]
-                    rec.stop = "policy"
-                    break
-        rec.generated_tokens = len(gen_tokens)
-        rec.evaluated_tokens = self._evaluated
-        if sources:
-            rec.draft = max(sources, key=lambda k: sources[k])
-        if t_first is not None:
-            rec.decode_ms = (time.monotonic() - t_first) * 1000.0
-        self._remember(req.uri, gen_tokens)
-        return finalize(text, ctx)
+                self._evaluate(st.seq, st.common)
+            st.common = n
+            if not st.prompt_done:
+                rec.prompt_ms = (time.monotonic() - t0) * 1000.0
+            live = True
+        st.prompt_done = True
+        g = self.nxt[n - 1]
+        assert g is not None
+        return g, live
+
+    def _constrain(self, st: _Decoding, greedy: int, live: bool) -> int | None:
+        """``greedy``, or the best token that keeps the forced (healed) text and the
+        no-leading-newline rule; None when no token can."""
+        no_newline = not st.out and st.ban_leading_newline
+        if self._allowed(greedy, st.remaining, no_newline):
+            return greedy
+        # Choose among the tokens that keep the constraint, from live logits (recomputed
+        # if the greedy choice came from the cache).
+        n = len(st.seq)
+        if not live or len(self.kv) != n:
+            self._evaluate(st.seq, n - 1)
+            st.common = n
+        return self._constrained_argmax(st.remaining, no_newline)
+
+    def _emit(self, st: _Decoding, tok: int) -> bool:
+        """Append ``tok`` to the output; True when the request stops here."""
+        rec = st.rec
+        if st.t_first is None:
+            st.t_first = time.monotonic()
+            rec.ttft_ms = (st.t_first - st.req.created) * 1000.0
+        if tok in self.template.stop_ids or self.vocab.is_eog(tok):
+            rec.stop = "eog"
+            return True
+        piece = self.vocab.text_piece(tok)
+        if st.remaining:
+            if piece.startswith(st.remaining):
+                piece = piece[len(st.remaining):]
+                st.remaining = b""
+            else:
+                st.remaining = st.remaining[len(piece):]
+                piece = b""
+        n = len(st.seq)
+        st.seq.append(tok)
+        st.gen.append(tok)
+        if st.common == n and n < len(self.kv) and self.kv[n] == tok:
+            st.common = n + 1
+        if piece:
+            st.out += piece
+            st.text = st.out.decode("utf-8", "ignore")
+            cut = st.policy.cut(st.text)
+            if cut is not None:
+                st.text = st.text[:cut]
+                rec.stop = "policy"
+                return True
+        return False
 
     def _allowed(self, tok: int, remaining: bytes, no_newline: bool) -> bool:
         """Whether ``tok`` keeps the forced text and the no-leading-newline rule."""

@@ -58,16 +58,10 @@ class ModelDraft:
         start = min(common, len(hist) - 1)
         self.model.kv_truncate(start)
         del self.kv[start:]
-        nb = self.model.n_batch
-        pos = start
-        while pos < len(hist):
-            chunk = hist[pos:pos + nb]
-            last = pos + len(chunk) == len(hist)
-            if not self.model.decode(chunk, pos, [len(chunk) - 1] if last else []):
-                self.model.kv_truncate(pos)
-                raise RuntimeError("draft decode aborted")
-            self.kv.extend(chunk)
-            pos += len(chunk)
+        done = self.model.prefill(hist[start:], start)
+        self.kv.extend(hist[start:start + done])
+        if done < len(hist) - start:
+            raise RuntimeError("draft decode aborted")
 
     def propose(self, history: Sequence[int], n: int) -> Draft | None:
         """Up to ``n`` greedy tokens; stops early when the top probability is below p_min."""

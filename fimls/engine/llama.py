@@ -14,6 +14,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +23,9 @@ import numpy as np
 import numpy.typing as npt
 
 from fimls.engine.api import ModelLoadError, check_gguf_file
+from fimls.engine.cpu import extra_buffers_usable
 
-__all__ = ["LlamaModel", "ModelLoadError", "Vocab", "check_gguf_file"]
-
-log = logging.getLogger(__name__)
+__all__ = ["DecodeCall", "LlamaModel", "ModelLoadError", "Vocab", "check_gguf_file"]
 
 _backend_lock = threading.Lock()
 _backend_ready = False
@@ -192,31 +192,47 @@ class Vocab:
 
 
 
+@dataclass(frozen=True)
+class DecodeCall:
+    """One ``decode`` as the engine issued it, and the argmax at each logits position."""
+
+    tokens: list[int]
+    start_pos: int
+    logits_at: list[int]
+    argmax: list[int]
+
+
 class LlamaModel:
     """One loaded GGUF model and its single inference context (sequence 0)."""
 
     def __init__(self, path: Path, *, n_ctx: int = 4096, n_batch: int = 512,
                  threads: int | None = None, n_gpu_layers: int = 0,
-                 vocab_only: bool = False) -> None:
+                 vocab_only: bool = False, extra_buffers: bool | None = None) -> None:
+        """``extra_buffers``: use llama.cpp's repacked / AMX CPU kernels; None: where they
+        run on this machine (see :mod:`fimls.engine.cpu`)."""
         backend_init()
         check_gguf_file(path)
         self.path = path
         mp = L.llama_model_default_params()
         mp.n_gpu_layers = n_gpu_layers
         mp.vocab_only = vocab_only
+        if not vocab_only:
+            mp.use_extra_bufts = (extra_buffers_usable(path) if extra_buffers is None
+                                  else extra_buffers)
         self._model = L.llama_model_load_from_file(str(path).encode("utf-8"), mp)
         if not self._model:
             raise ModelLoadError(f"llama.cpp could not load the model file (truncated or "
                                  f"unsupported GGUF?): {path}")
         self.vocab = Vocab(self._model)
         self.n_vocab = self.vocab.n_tokens
-        self.n_ctx_train: int = L.llama_model_n_ctx_train(self._model)
         self._ctx: Any = None
         self._batch: Any = None
         self._abort_cb: Any = None
         self._abort_flag: Callable[[], bool] | None = None
         self.n_ctx = 0
         self.n_batch = 0
+        # Tests set a list here to record every decode (see DecodeCall); None costs nothing.
+        self.decode_log: list[DecodeCall] | None = None
         if vocab_only:
             return
         nthreads = threads or max(1, min(8, os.cpu_count() or 1))
@@ -247,12 +263,6 @@ class LlamaModel:
         self._abort_cb = _abort
         L.llama_set_abort_callback(self._ctx, _abort, ctypes.c_void_p(0))
 
-    def meta(self, key: str) -> str | None:
-        """A GGUF metadata value as a string, or None."""
-        buf = ctypes.create_string_buffer(512)
-        n = L.llama_model_meta_val_str(self._model, key.encode(), buf, 512)
-        return buf.value.decode("utf-8", "replace") if n >= 0 else None
-
     def set_abort(self, flag: Callable[[], bool] | None) -> None:
         """Install the predicate llama.cpp polls during a decode; true aborts the batch."""
         self._abort_flag = flag
@@ -279,7 +289,41 @@ class LlamaModel:
             return False
         if rc != 0:
             raise RuntimeError(f"llama_decode failed with code {rc}")
+        if self.decode_log is not None:
+            self.decode_log.append(DecodeCall(
+                list(tokens), start_pos, [i for i in range(n) if i in want],
+                [int(np.argmax(self.logits(i))) for i in range(n) if i in want]))
         return True
+
+    def prefill(self, tokens: Sequence[int], start_pos: int, *,
+                logits_last: bool = True) -> int:
+        """Evaluate ``tokens`` from ``start_pos`` in ``n_batch`` chunks, logits only at the
+        last position (when ``logits_last``). The one chunked-prefill path of the engine,
+        the draft model and the tests.
+
+        Returns how many tokens were evaluated: fewer than ``len(tokens)`` when the abort
+        predicate stopped it (checked before every chunk, and by llama.cpp within one); the
+        cache then holds exactly the positions before ``start_pos`` plus that count.
+        """
+        nb = self.n_batch
+        done = 0
+        n = len(tokens)
+        while done < n:
+            flag = self._abort_flag
+            if flag is not None and flag():
+                break
+            chunk = tokens[done:done + nb]
+            last = done + len(chunk) == n
+            if not self.decode(chunk, start_pos + done,
+                               [len(chunk) - 1] if last and logits_last else []):
+                self.kv_truncate(start_pos + done)
+                break
+            done += len(chunk)
+        return done
+
+    def kv_len(self) -> int:
+        """How many positions sequence 0 holds (its highest position plus one)."""
+        return int(L.llama_memory_seq_pos_max(self._mem, 0)) + 1
 
     def logits(self, i: int) -> npt.NDArray[np.float32]:
         """A view (no copy) of the logits at batch index ``i`` of the last decode (-1: last)."""

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import IO, Any
 
+from fimls.config import ModelOptions
 from fimls.engine.api import (
     CompletionRequest,
     CompletionResult,
@@ -48,7 +49,6 @@ log = logging.getLogger(__name__)
 _HEADER = struct.Struct("<I")
 _DEAD = ("dead",)
 STDERR_TAIL_LINES = 20
-CANCEL_GRACE_S = float(os.environ.get("FIMLS_CANCEL_GRACE_S", "5"))
 
 
 class WorkerDied(EngineError):
@@ -95,8 +95,13 @@ def describe_exit(code: int | None) -> str:
 class ProcessEngine:
     """The engine interface, served by a child process that owns the model."""
 
-    def __init__(self, cfg: EngineConfig, *, log_level: str = "INFO") -> None:
+    def __init__(self, cfg: EngineConfig, *, log_level: str = "INFO",
+                 load_timeout_s: float = ModelOptions.load_timeout_s,
+                 cancel_grace_s: float = ModelOptions.cancel_grace_ms / 1000.0) -> None:
+        """Start the worker and load ``cfg``'s model in it; raise ModelLoadError if that
+        fails, the worker dies, or the load takes longer than ``load_timeout_s``."""
         self.cfg = cfg
+        self.cancel_grace_s = cancel_grace_s
         self.model_name = cfg.model_path.name
         self.warnings: list[str] = []
         self.on_exit: Callable[[str], None] | None = None
@@ -121,7 +126,17 @@ class ProcessEngine:
                          name="fimls-worker-replies").start()
         threading.Thread(target=self._pump_out, daemon=True, name="fimls-worker-out").start()
         self._post(("load", cfg, log_level))  # a death shows up as the reply below
-        reply = self._replies.get()
+        try:
+            reply = self._replies.get(timeout=load_timeout_s)
+        except queue.Empty:
+            # A load that hangs (a stalled network mount, a FIFO, a wedged driver) would
+            # otherwise hold the engine thread, and every later request, forever.
+            self._closing = True
+            self.proc.kill()
+            self.close()
+            raise ModelLoadError(
+                f"the model {cfg.model_path} did not load within {load_timeout_s:g} s "
+                f"(loadTimeoutS): the engine worker was killed{self._tail_text()}") from None
         if reply[0] == "ready":
             self.model_name = reply[1]
             self.warnings = list(reply[2])
@@ -167,8 +182,11 @@ class ProcessEngine:
             self.proc.kill()
             code = self.proc.wait()
         self.exit_reason = describe_exit(code)
+        # Decided before the waiter hears of the death: it may close us right after, and
+        # an unexpected death must still be reported.
+        closing = self._closing
         self._replies.put(_DEAD)
-        if self._closing:
+        if closing:
             return
         log.error("the engine worker (pid %d) exited unexpectedly: %s%s", self.proc.pid,
                   self.exit_reason, self._tail_text())
@@ -208,12 +226,12 @@ class ProcessEngine:
                         self._cancel(req.request_id)
                         cancel_at = time.monotonic()
                     elif (cancel_at is not None and self.proc.poll() is None
-                          and time.monotonic() - cancel_at > CANCEL_GRACE_S):
+                          and time.monotonic() - cancel_at > self.cancel_grace_s):
                         # A worker that cannot stop is hung (a deadlock, a stopped process,
                         # native code that never polls the abort flag): end it, so that the
                         # usual death path answers and restarts.
-                        log.error("the engine worker (pid %d) did not stop within %.0f s of "
-                                  "a cancel: killing it", self.proc.pid, CANCEL_GRACE_S)
+                        log.error("the engine worker (pid %d) did not stop within %g s of "
+                                  "a cancel: killing it", self.proc.pid, self.cancel_grace_s)
                         self.proc.kill()
                         cancel_at = float("inf")
                     continue

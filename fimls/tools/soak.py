@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from fimls.latency import percentile, read_records
+from fimls.tools.harness import inline_params, open_doc, start_client, utf16_position
 
 EDIT_CHARS = ["a", "b", "x", "_", " ", "(", ")", ":", "=", "0", "\n", "\n    ", "\r\n", "\r",
               "\t", "é", "😀", "\u2028", "\f", "\x85", "#"]
@@ -65,12 +66,7 @@ class Doc:
 
     def position(self, offset: int | None = None) -> tuple[int, int]:
         """(line, UTF-16 character) of ``offset`` (default: the cursor); LSP line ends."""
-        off = self.cursor if offset is None else offset
-        before = self.text[:off]
-        line = before.count("\n") + before.count("\r") - before.count("\r\n")
-        start = max(before.rfind("\n"), before.rfind("\r")) + 1
-        col = len(before[start:].encode("utf-16-le")) // 2
-        return line, col
+        return utf16_position(self.text[:self.cursor if offset is None else offset])
 
 
 @dataclass
@@ -91,8 +87,6 @@ async def _soak(cmd: list[str], texts: list[str], n_requests: int, warmup: int, 
                 log_path: Path, progress: bool) -> SoakResult:
     from lsprotocol import types
 
-    from fimls.bench import start_client
-
     rng = random.Random(seed)
     res = SoakResult()
     client = await start_client(cmd, "fimls-soak")
@@ -108,16 +102,14 @@ async def _soak(cmd: list[str], texts: list[str], n_requests: int, warmup: int, 
     docs: list[Doc] = []
     serial = 0
 
-    def open_doc(text: str) -> Doc:
+    def new_doc(text: str) -> Doc:
         nonlocal serial
         serial += 1
         # The cursor goes where the body of a function starts, or at the end.
         cut = text.find(":\n    ")
         cursor = cut + 6 if cut >= 0 else len(text)
         doc = Doc(uri=f"file:///soak/doc{serial}.py", text=text, cursor=cursor)
-        client.text_document_did_open(types.DidOpenTextDocumentParams(
-            text_document=types.TextDocumentItem(uri=doc.uri, language_id="python",
-                                                 version=1, text=text)))
+        open_doc(client, doc.uri, text)
         return doc
 
     def edit(doc: Doc, start: int, end: int, new: str) -> None:
@@ -149,12 +141,9 @@ async def _soak(cmd: list[str], texts: list[str], n_requests: int, warmup: int, 
     def ask(doc: Doc) -> asyncio.Future[Any]:
         line, col = doc.position()
         res.requests += 1
+        # Sent now, not when a task first runs: the edits that follow come after it.
         fut = asyncio.ensure_future(client.text_document_inline_completion_async(
-            types.InlineCompletionParams(
-                text_document=types.TextDocumentIdentifier(uri=doc.uri),
-                position=types.Position(line=line, character=col),
-                context=types.InlineCompletionContext(
-                    trigger_kind=types.InlineCompletionTriggerKind.Automatic))))
+            inline_params(doc.uri, line, col)))
         sent_at[id(fut)] = time.perf_counter()
         fut.add_done_callback(lambda f: done_at.__setitem__(id(f), time.perf_counter()))
         return fut
@@ -181,7 +170,7 @@ async def _soak(cmd: list[str], texts: list[str], n_requests: int, warmup: int, 
             doc.shown = text if isinstance(text, str) else ""
 
     for text in texts[:4]:
-        docs.append(open_doc(text))
+        docs.append(new_doc(text))
     current = 0
     t_start = time.perf_counter()
     next_report = 0
@@ -230,7 +219,7 @@ async def _soak(cmd: list[str], texts: list[str], n_requests: int, warmup: int, 
         else:  # close a document and open it afresh (from its original text)
             client.text_document_did_close(types.DidCloseTextDocumentParams(
                 text_document=types.TextDocumentIdentifier(uri=doc.uri)))
-            docs[current] = open_doc(texts[rng.randrange(len(texts))])
+            docs[current] = new_doc(texts[rng.randrange(len(texts))])
         # Keep documents from growing or shrinking without bound.
         if len(doc.text) > 20000:
             edit(doc, 0, len(doc.text) - 12000, "")

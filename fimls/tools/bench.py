@@ -21,70 +21,28 @@ the user accepts a suggestion character by character, and compares follow-up lat
 from __future__ import annotations
 
 import asyncio
-import gzip
 import json
 import logging
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from fimls.latency import percentile
+from fimls.tools.harness import (
+    Task,
+    inline,
+    insert,
+    open_doc,
+    start_client,
+    utf16_len,
+    utf16_position,
+)
 
 log = logging.getLogger(__name__)
-
-BUILTIN_SETS = {
-    "humaneval-single": "HumanEval-SingleLineInfilling.jsonl.gz",
-    "humaneval-multi": "HumanEval-MultiLineInfilling.jsonl.gz",
-}
-
-
-@dataclass(frozen=True)
-class Task:
-    """One fill-in-the-middle task: the document is prefix + suffix."""
-
-    task_id: str
-    prefix: str
-    suffix: str
-    target: str
-
-
-def _open_text(path: Path) -> Iterable[str]:
-    if path.suffix == ".gz":
-        with gzip.open(path, "rt", encoding="utf-8") as fh:
-            yield from fh
-    else:
-        with path.open(encoding="utf-8") as fh:
-            yield from fh
-
-
-def load_tasks(spec: str, n: int, stride: int | None = None) -> tuple[str, list[Task]]:
-    """A task set by builtin name or JSONL path; ``n`` tasks spread over the set."""
-    if spec in BUILTIN_SETS:
-        path = Path(str(resources.files("fimls").joinpath("data", BUILTIN_SETS[spec])))
-        name = spec
-    else:
-        path = Path(spec)
-        name = path.name.split(".")[0]
-    rows: list[Task] = []
-    for line in _open_text(path):
-        if not line.strip():
-            continue
-        t = json.loads(line)
-        prefix = t.get("prefix", t.get("prompt"))
-        target = t.get("target", t.get("canonical_solution", ""))
-        if prefix is None or "suffix" not in t:
-            raise ValueError(f"{path}: each line needs prefix (or prompt) and suffix")
-        rows.append(Task(str(t.get("task_id", len(rows))), prefix, t["suffix"], target))
-    if not rows:
-        raise ValueError(f"{path}: no tasks")
-    step = stride or max(1, len(rows) // max(1, n))
-    return name, rows[::step][:n]
-
 
 class Progress:
     """A one-line progress bar on stderr."""
@@ -248,34 +206,6 @@ def run_engine_bench(engine: Any, sets: list[tuple[str, list[Task]]], configs: l
     return runs
 
 
-async def start_client(cmd: list[str], name: str, timeout: float = 600.0) -> Any:
-    """Start ``cmd`` (a ``fimls serve``), initialize it as an editor with progress support
-    would, and return the pygls client once the model-loading progress has ended."""
-    from lsprotocol import types
-    from pygls.lsp.client import LanguageClient
-
-    client = LanguageClient(name, "1")
-    await client.start_io(cmd[0], *cmd[1:])
-    ready = asyncio.Event()
-
-    @client.feature(types.WINDOW_WORK_DONE_PROGRESS_CREATE)
-    def _create(params: types.WorkDoneProgressCreateParams) -> None:
-        return None
-
-    @client.feature(types.PROGRESS)
-    def _progress(params: types.ProgressParams) -> None:
-        value = params.value
-        if isinstance(value, dict) and value.get("kind") == "end":
-            ready.set()
-
-    await client.initialize_async(types.InitializeParams(
-        capabilities=types.ClientCapabilities(
-            window=types.WindowClientCapabilities(work_done_progress=True))))
-    client.initialized(types.InitializedParams())
-    await asyncio.wait_for(ready.wait(), timeout)
-    return client
-
-
 async def _keystroke_session(cmd: list[str], tasks: list[Task], chars: int, typed: str,
                              progress: Callable[[str], None] | None) -> list[dict[str, Any]]:
     """Drive one ``fimls serve``: ask, then type the suggestion one character at a time."""
@@ -286,11 +216,7 @@ async def _keystroke_session(cmd: list[str], tasks: list[Task], chars: int, type
 
     async def ask(uri: str, line: int, col: int) -> tuple[str, float]:
         t0 = time.perf_counter()
-        res = await client.text_document_inline_completion_async(types.InlineCompletionParams(
-            text_document=types.TextDocumentIdentifier(uri=uri),
-            position=types.Position(line=line, character=col),
-            context=types.InlineCompletionContext(
-                trigger_kind=types.InlineCompletionTriggerKind.Automatic)))
+        res = await inline(client, uri, line, col)
         ms = (time.perf_counter() - t0) * 1000.0
         items = (res.items if isinstance(res, types.InlineCompletionList)
                  else list(res or []))
@@ -299,11 +225,8 @@ async def _keystroke_session(cmd: list[str], tasks: list[Task], chars: int, type
 
     for ti, task in enumerate(tasks):
         uri = f"file:///bench/keystroke/{ti}.py"
-        client.text_document_did_open(types.DidOpenTextDocumentParams(
-            text_document=types.TextDocumentItem(uri=uri, language_id="python", version=1,
-                                                 text=task.prefix + task.suffix)))
-        lines = task.prefix.split("\n")
-        line, col = len(lines) - 1, len(lines[-1].encode("utf-16-le")) // 2
+        open_doc(client, uri, task.prefix + task.suffix)
+        line, col = utf16_position(task.prefix)
         shown, first_ms = await ask(uri, line, col)
         follow: list[float] = []
         version = 1
@@ -311,15 +234,11 @@ async def _keystroke_session(cmd: list[str], tasks: list[Task], chars: int, type
         # The user types what was shown, or (typed="target") what the task expects.
         for ch in (shown if typed == "shown" else task.target)[:chars]:
             version += 1
-            pos = types.Position(line=line, character=col)
-            client.text_document_did_change(types.DidChangeTextDocumentParams(
-                text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
-                content_changes=[types.TextDocumentContentChangePartial(
-                    range=types.Range(start=pos, end=pos), text=ch)]))
+            insert(client, uri, version, line, col, ch)
             if ch == "\n":
                 line, col = line + 1, 0
             else:
-                col += len(ch.encode("utf-16-le")) // 2
+                col += utf16_len(ch)
             _, ms = await ask(uri, line, col)
             follow.append(ms)
         out.append({"task_id": task.task_id, "first_ms": first_ms, "follow_ms": follow,

@@ -1,0 +1,208 @@
+"""The real server over stdio with the fake engine (tests/fake_server.py): the protocol, the
+progress and the messages the user sees, in seconds and without a model."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lsprotocol import types
+from pytest_lsp import LanguageClient
+
+from tests.lsp_helpers import inline, open_doc, read_log, session
+from tests.test_e2e_raw import ODD_MESSAGES, Raw
+
+FAKE = [sys.executable, "-m", "tests.fake_server"]
+REFUSAL = ("draft model starcoder2-vocab.gguf refused: vocabularies differ; "
+           "continuing without a draft model")
+
+
+def fake(*args: str) -> list[str]:
+    """The fake server's command line."""
+    return [*FAKE, *args]
+
+
+async def until(pred: Callable[[], bool], timeout: float = 10.0) -> bool:
+    """Poll ``pred`` on the event loop; whether it held within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.02)
+    return True
+
+
+def progress(client: LanguageClient, kind: type) -> list[Any]:
+    """The progress reports of type ``kind``, over all tokens."""
+    return [r for reports in client.progress_reports.values() for r in reports
+            if isinstance(r, kind)]
+
+
+async def status(client: LanguageClient) -> Any:
+    return await client.protocol.send_request_async("fimls/status", None)
+
+
+async def test_completes_and_reports_status() -> None:
+    async with session(command=fake("--text", "return a + b")) as (client, _):
+        uri = "file:///w/a.py"
+        open_doc(client, uri, "def add(a, b):\n    ")
+        res = await inline(client, uri, 1, 4)
+        assert res is not None and [i.insert_text for i in res.items] == ["return a + b"]
+        st = await status(client)
+        # An engine in the server's own process has no worker pid.
+        assert (st.state, st.model, st.workerPid, st.restarts) == ("ready", "fake.gguf",
+                                                                   None, 0)
+        assert st.error is None and isinstance(st.serverPid, int)
+
+
+async def test_failed_load_after_progress_began_ends_the_progress() -> None:
+    """Regression: a load that failed after $/progress began left the progress open."""
+    cmd = fake("--load-delay", "2.0", "--load-error", "model file not found: /nope.gguf")
+    async with session(command=cmd, ready=False) as (client, _):
+        assert await until(lambda: bool(progress(client, types.WorkDoneProgressBegin)), 5.0)
+        assert await until(lambda: bool(progress(client, types.WorkDoneProgressEnd)), 5.0), \
+            "the progress of a failed load never ended"
+        (end,) = progress(client, types.WorkDoneProgressEnd)
+        assert end.message == "model failed to load"
+        assert await until(lambda: bool(client.messages))
+        (msg,) = client.messages
+        assert msg.type == types.MessageType.Error and "/nope.gguf" in msg.message
+        assert (await status(client)).state == "failed"
+
+
+async def test_a_refused_draft_model_is_a_warning() -> None:
+    """Regression: the refusal (the server carries on) was shown as an Error."""
+    async with session(command=fake("--warning", REFUSAL)) as (client, _):
+        assert await until(lambda: bool(client.messages))
+        (msg,) = client.messages
+        assert msg.type == types.MessageType.Warning and msg.message == f"fimls: {REFUSAL}"
+        open_doc(client, "file:///w/a.py", "def add(a, b):\n    ")
+        res = await inline(client, "file:///w/a.py", 1, 4)
+        assert res is not None and len(res.items) == 1  # it does carry on
+
+
+async def test_an_engine_crash_is_an_error_and_completions_resume(tmp_path: Path) -> None:
+    """Regression: a dead engine process (no completions for a while) was a Warning."""
+    log = tmp_path / "lat.jsonl"
+    cmd = fake("--crash-engines", "1", "--options", f'{{"latencyLog": "{log}"}}')
+    async with session(command=cmd) as (client, _):
+        uri = "file:///w/a.py"
+        open_doc(client, uri, "def add(a, b):\n    ")
+        res = await inline(client, uri, 1, 4)
+        assert res is not None and not res.items  # answered, not lost
+        assert await until(lambda: bool(client.messages))
+        (msg,) = client.messages
+        assert msg.type == types.MessageType.Error
+        assert "the engine process died (killed by signal 9 (SIGKILL))" in msg.message
+        deadline = time.monotonic() + 5.0  # the back-off is 0.25 s
+        while (st := await status(client)).state != "ready":
+            assert time.monotonic() < deadline, st
+            await asyncio.sleep(0.05)
+        assert st.restarts == 1
+        res = await inline(client, uri, 1, 4)
+        assert res is not None and len(res.items) == 1
+    assert [r["outcome"] for r in read_log(log)] == ["error", "returned"]
+
+
+async def test_newer_request_supersedes_older(tmp_path: Path) -> None:
+    log = tmp_path / "lat.jsonl"
+    cmd = fake("--delay", "0.5", "--options", f'{{"latencyLog": "{log}"}}')
+    async with session(command=cmd) as (client, _):
+        uri = "file:///w/s.py"
+        open_doc(client, uri, "def add(a, b):\n    ")
+        first = asyncio.ensure_future(inline(client, uri, 1, 4))
+        await asyncio.sleep(0.1)
+        second = asyncio.ensure_future(inline(client, uri, 1, 4))
+        r1, r2 = await asyncio.gather(first, second)
+        assert r1 is not None and not r1.items
+        assert r2 is not None and len(r2.items) == 1
+    assert [r["outcome"] for r in read_log(log)] == ["superseded", "returned"]
+
+
+async def test_cancel_request_is_answered_at_once(tmp_path: Path) -> None:
+    log = tmp_path / "lat.jsonl"
+    cmd = fake("--delay", "30", "--options", f'{{"latencyLog": "{log}"}}')
+    async with session(command=cmd) as (client, _):
+        uri = "file:///w/c.py"
+        open_doc(client, uri, "def add(a, b):\n    ")
+        params = types.InlineCompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            position=types.Position(line=1, character=4),
+            context=types.InlineCompletionContext(
+                trigger_kind=types.InlineCompletionTriggerKind.Invoked))
+        fut = asyncio.ensure_future(client.protocol.send_request_async(
+            types.TEXT_DOCUMENT_INLINE_COMPLETION, params))
+        await asyncio.sleep(0.2)
+        msg_id = max(client.protocol._request_futures)
+        client.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id=msg_id))
+        t0 = time.monotonic()
+        try:
+            res = await asyncio.wait_for(fut, 5)
+        except asyncio.TimeoutError:
+            raise
+        except Exception as exc:  # an LSP RequestCancelled error is a valid answer
+            assert "cancel" in str(exc).lower()
+        else:
+            assert not res or not res.items
+        assert time.monotonic() - t0 < 2.0
+    assert [r["outcome"] for r in read_log(log)] == ["cancelled"]
+
+
+# -- raw JSON-RPC with the fake engine: the protocol layer in seconds --------------------------
+
+
+@pytest.fixture
+def raw() -> Iterator[Raw]:
+    peer = Raw(command=FAKE)
+    peer.request("initialize", {"capabilities": {}})
+    peer.notify("initialized", {})
+    yield peer
+    if peer.proc.poll() is None:
+        peer.proc.kill()
+    peer.proc.wait(10)
+
+
+def test_request_before_initialize_is_refused() -> None:
+    peer = Raw(command=FAKE)
+    try:
+        reply = peer.request("fimls/status", None)
+        assert reply["error"]["code"] == -32002  # ServerNotInitialized
+        assert "capabilities" in peer.request("initialize", {"capabilities": {}})["result"]
+    finally:
+        peer.proc.kill()
+        peer.proc.wait(10)
+
+
+@pytest.mark.parametrize(("body", "reply_id", "code"), ODD_MESSAGES)
+def test_odd_messages_get_the_right_error(raw: Raw, body: bytes, reply_id: Any,
+                                          code: int) -> None:
+    raw.send(body)
+    reply = raw.recv_reply(reply_id)
+    assert reply is not None and reply["error"]["code"] == code
+    assert raw.request("fimls/status", None)["result"]["serverPid"] == raw.proc.pid
+
+
+def test_malformed_json_gets_a_parse_error(raw: Raw) -> None:
+    raw.send(b"{not json")
+    reply = raw.recv_reply(None)
+    assert reply is not None and reply["error"]["code"] == -32700
+    assert reply["error"]["message"].startswith("Parse error")
+
+
+def test_shutdown_then_exit(raw: Raw) -> None:
+    raw.wait_ready(10)
+    assert raw.request("shutdown", None)["result"] is None
+    reply = raw.request("fimls/status", None)
+    assert reply["error"]["code"] == -32600  # InvalidRequest: shutting down
+    raw.notify("exit", None)
+    assert raw.proc.wait(15) == 0
+
+
+def test_exit_without_shutdown(raw: Raw) -> None:
+    raw.notify("exit", None)
+    assert raw.proc.wait(15) == 1
