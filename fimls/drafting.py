@@ -15,7 +15,6 @@ cursor), other open buffers, and optionally a small draft model with the same vo
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,8 +22,6 @@ from typing import ClassVar, Protocol
 
 import numpy as np
 import numpy.typing as npt
-
-log = logging.getLogger(__name__)
 
 IntArray = npt.NDArray[np.int32]
 
@@ -49,8 +46,9 @@ def _as_array(tokens: Sequence[int] | IntArray) -> IntArray:
 
 
 def find_continuation(source: IntArray, key: IntArray, n: int,
-                      exclude_tail: bool = False) -> list[int] | None:
-    """Tokens following the last occurrence of ``key`` in ``source`` (at most ``n``).
+                      exclude_tail: bool = False, near: int | None = None) -> list[int] | None:
+    """Tokens following an occurrence of ``key`` in ``source`` (at most ``n``): the last
+    one, or with ``near``, the one whose continuation starts closest to that index.
 
     Vectorised: candidate positions come from one comparison on the key's last token, then
     the remaining key tokens filter them. Well under a millisecond for 8k-token sources.
@@ -70,7 +68,12 @@ def find_continuation(source: IntArray, key: IntArray, n: int,
         cand = cand[source[cand + j] == key[j]]
     if cand.size == 0:
         return None
-    start = int(cand[-1]) + k  # the nearest (latest) occurrence predicts best
+    if near is None:
+        start = int(cand[-1]) + k  # the nearest (latest) occurrence predicts best
+    else:
+        # A source that runs alongside the output (the previous suggestion): repeated
+        # lines occur many times in it, and the one at the same place is the one meant.
+        start = int(cand[int(np.argmin(np.abs(cand + k - near)))]) + k
     out = source[start:start + n]
     return [int(t) for t in out] if out.size else None
 
@@ -93,8 +96,13 @@ class PromptLookupDraft:
         """Forget all sources."""
         self.sources.clear()
 
-    def propose(self, history: Sequence[int], n: int) -> Draft | None:
-        """Draft from the source order given by insertion, longest key first."""
+    def propose(self, history: Sequence[int], n: int, *,
+                tail_pos: int | None = None) -> Draft | None:
+        """Draft from the source order given by insertion, longest key first.
+
+        ``tail_pos``: how many tokens this request generated so far; in the "tail" source
+        (the previous suggestion) the match nearest that index is taken, not the last.
+        """
         n = min(n, self.num_pred_tokens)
         if n <= 0 or not history:
             return None
@@ -103,7 +111,8 @@ class PromptLookupDraft:
             key = hist[-k:]
             for name, src in self.sources.items():
                 # The "context" source is the prompt itself: its own end trivially matches.
-                got = find_continuation(src, key, n, exclude_tail=(name == "context"))
+                got = find_continuation(src, key, n, exclude_tail=(name == "context"),
+                                        near=tail_pos if name == "tail" else None)
                 if got:
                     return Draft(got, name, k)
         return None

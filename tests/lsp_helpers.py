@@ -13,14 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from lsprotocol import types
+from pygls.exceptions import JsonRpcException
 from pytest_lsp import LanguageClient
 from pytest_lsp.client import make_test_lsp_client
 
 # The messages an editor sends most, shared with fimls bench and fimls soak.
 from fimls.tools.harness import inline, insert, load_tasks, open_doc, utf16_position
 
-__all__ = ["capabilities", "end_position", "humaneval", "inline", "insert", "open_doc",
-           "read_log", "session", "wait_ready"]
+__all__ = ["ask_then_cancel", "capabilities", "end_position", "humaneval", "inline", "insert",
+           "open_doc", "read_log", "session", "wait_ready"]
 
 
 def capabilities(*, encodings: Sequence[str] | None = None) -> types.ClientCapabilities:
@@ -93,3 +94,29 @@ def read_log(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+async def ask_then_cancel(client: LanguageClient, uri: str, line: int, character: int, *,
+                          after: float, timeout: float) -> float:
+    """Ask for an inline completion, send ``$/cancelRequest`` ``after`` seconds later, and
+    return how long the answer then took. Either answer is valid: an empty result, or an
+    LSP RequestCancelled error; only that error is caught, so a timeout or a non-empty
+    result fails the caller's test."""
+    params = types.InlineCompletionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri),
+        position=types.Position(line=line, character=character),
+        context=types.InlineCompletionContext(
+            trigger_kind=types.InlineCompletionTriggerKind.Invoked))
+    fut = asyncio.ensure_future(client.protocol.send_request_async(
+        types.TEXT_DOCUMENT_INLINE_COMPLETION, params))
+    await asyncio.sleep(after)
+    msg_id = max(client.protocol._request_futures)
+    client.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id=msg_id))
+    t0 = time.monotonic()
+    try:
+        res = await asyncio.wait_for(fut, timeout)
+    except JsonRpcException as exc:
+        assert "cancel" in str(exc).lower(), exc
+    else:
+        assert not res or not res.items, res
+    return time.monotonic() - t0

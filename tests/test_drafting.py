@@ -157,3 +157,17 @@ def test_draft_model_step_cost_is_learned() -> None:
         pol.observe(0, 0.040)
         pol.observe_draft(0.040, 4)  # 10 ms per drafted token: a quarter of a main step
     assert pol.draft_step_cost == pytest.approx(0.25, abs=0.01)
+
+
+def test_a_running_source_is_matched_where_the_output_is() -> None:
+    # The previous suggestion repeats a line; drafting at its second line must continue
+    # from the second occurrence, not the last one.
+    line = [7, 8, 9]
+    tail = np.asarray([1, *line, 2, *line, 3, *line, 4], dtype=np.int32)
+    key = np.asarray(line, dtype=np.int32)
+    assert find_continuation(tail, key, 1) == [4]
+    assert find_continuation(tail, key, 1, near=8) == [3]
+    d = PromptLookupDraft(max_ngram_size=3)
+    d.set_source("tail", tail)
+    got = d.propose([*line], 2, tail_pos=4)
+    assert got is not None and got.tokens == [2, 7]

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 from lsprotocol import types
-from pygls.exceptions import JsonRpcException
 
 from tests.ggufs import write_vocab_gguf
 from tests.lsp_helpers import (
+    ask_then_cancel,
     end_position,
     humaneval,
     inline,
@@ -127,24 +127,7 @@ async def test_cancel_request_stops_engine_work(tmp_path: Path) -> None:
         uri = (tmp_path / "long.py").as_uri()
         open_doc(client, uri, body)
         line, col = end_position(body)
-        params = types.InlineCompletionParams(
-            text_document=types.TextDocumentIdentifier(uri=uri),
-            position=types.Position(line=line, character=col),
-            context=types.InlineCompletionContext(
-                trigger_kind=types.InlineCompletionTriggerKind.Invoked))
-        fut = asyncio.ensure_future(client.protocol.send_request_async(
-            types.TEXT_DOCUMENT_INLINE_COMPLETION, params))
-        await asyncio.sleep(0.3)
-        msg_id = max(client.protocol._request_futures)
-        client.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id=msg_id))
-        # Either answer is valid: an empty result, or an LSP RequestCancelled error. Only
-        # the error is caught: a timeout or a non-empty result fails the test.
-        try:
-            res = await asyncio.wait_for(fut, 30)
-        except JsonRpcException as exc:
-            assert "cancel" in str(exc).lower(), exc
-        else:
-            assert not res or not res.items, res
+        await ask_then_cancel(client, uri, line, col, after=0.3, timeout=30)
         # Still alive: a small document completes.
         uri2 = (tmp_path / "small.py").as_uri()
         open_doc(client, uri2, "def add(a, b):\n    return ")

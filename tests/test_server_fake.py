@@ -14,7 +14,7 @@ import pytest
 from lsprotocol import types
 from pytest_lsp import LanguageClient
 
-from tests.lsp_helpers import inline, open_doc, read_log, session
+from tests.lsp_helpers import ask_then_cancel, inline, open_doc, read_log, session
 from tests.test_e2e_raw import ODD_MESSAGES, Raw
 
 FAKE = [sys.executable, "-m", "tests.fake_server"]
@@ -130,26 +130,7 @@ async def test_cancel_request_is_answered_at_once(tmp_path: Path) -> None:
     async with session(command=cmd) as (client, _):
         uri = "file:///w/c.py"
         open_doc(client, uri, "def add(a, b):\n    ")
-        params = types.InlineCompletionParams(
-            text_document=types.TextDocumentIdentifier(uri=uri),
-            position=types.Position(line=1, character=4),
-            context=types.InlineCompletionContext(
-                trigger_kind=types.InlineCompletionTriggerKind.Invoked))
-        fut = asyncio.ensure_future(client.protocol.send_request_async(
-            types.TEXT_DOCUMENT_INLINE_COMPLETION, params))
-        await asyncio.sleep(0.2)
-        msg_id = max(client.protocol._request_futures)
-        client.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id=msg_id))
-        t0 = time.monotonic()
-        try:
-            res = await asyncio.wait_for(fut, 5)
-        except asyncio.TimeoutError:
-            raise
-        except Exception as exc:  # an LSP RequestCancelled error is a valid answer
-            assert "cancel" in str(exc).lower()
-        else:
-            assert not res or not res.items
-        assert time.monotonic() - t0 < 2.0
+        assert await ask_then_cancel(client, uri, 1, 4, after=0.2, timeout=5) < 2.0
     assert [r["outcome"] for r in read_log(log)] == ["cancelled"]
 
 

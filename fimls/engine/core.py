@@ -117,7 +117,8 @@ class Engine:
                 self.draft_model = ModelDraft(cfg.draft_model, self.vocab, self.model_name,
                                               n_ctx=cfg.n_ctx, n_batch=cfg.n_batch,
                                               threads=cfg.threads,
-                                              n_gpu_layers=cfg.n_gpu_layers)
+                                              n_gpu_layers=cfg.n_gpu_layers,
+                                              kernels_cache=kernels_cache)
             except ModelLoadError as exc:
                 # A bad drafter must not cost the user their completions: refuse it, say
                 # so, and carry on without it.
@@ -436,14 +437,14 @@ class Engine:
                 self._buffer_tokens.pop(next(iter(self._buffer_tokens)))
         return toks
 
-    def _propose(self, req: CompletionRequest, seq: list[int]) -> Draft | None:
+    def _propose(self, req: CompletionRequest, seq: list[int], generated: int) -> Draft | None:
         """The draft worth verifying now (already cut to the length worth it), or None."""
         mode = req.speculative
         force = mode in ("lookup", "model")
         budget = self.policy.max_draft
         if mode in ("auto", "lookup"):
             self._build_lazy_sources()
-            d = self.lookup.propose(seq, budget)
+            d = self.lookup.propose(seq, budget, tail_pos=generated)
             if d is not None and (d.source == "tail" or self.draft_model is None
                                   or mode == "lookup"):
                 k = self.policy.choose(d.source, len(d.tokens), d.match_len, force=force)
@@ -548,7 +549,7 @@ class Engine:
             if (st.drafting and st.prompt_done and not st.remaining and st.common >= n - 1
                     and n + self.policy.max_draft < self.model.n_ctx):
                 self._truncate(n - 1)
-                draft = self._propose(st.req, st.seq)
+                draft = self._propose(st.req, st.seq, len(st.gen))
             if draft is not None:
                 if st.cancelled():
                     raise Cancelled

@@ -6,16 +6,14 @@ that is checked once at load, and a mismatch is refused with a message naming bo
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from fimls.drafting import Draft, check_vocab_compatible, top_probability
+from fimls.engine.cpu import extra_buffers_usable
 from fimls.engine.llama import LlamaModel, ModelLoadError, Vocab
-
-log = logging.getLogger(__name__)
 
 
 def vocab_texts(vocab: Vocab) -> list[bytes]:
@@ -28,7 +26,7 @@ class ModelDraft:
 
     def __init__(self, path: Path, main_vocab: Vocab, main_name: str, *, n_ctx: int,
                  n_batch: int, threads: int | None, n_gpu_layers: int,
-                 p_min: float = 0.5) -> None:
+                 p_min: float = 0.5, kernels_cache: Path | None = None) -> None:
         # The vocabulary is checked before any weights are loaded.
         probe = LlamaModel(path, vocab_only=True)
         try:
@@ -39,7 +37,8 @@ class ModelDraft:
         if why:
             raise ModelLoadError(f"refusing draft model: {why}")
         self.model = LlamaModel(path, n_ctx=n_ctx, n_batch=n_batch, threads=threads,
-                                n_gpu_layers=n_gpu_layers)
+                                n_gpu_layers=n_gpu_layers,
+                                extra_buffers=extra_buffers_usable(path, kernels_cache))
         self.name = path.name
         self.p_min = p_min
         self.kv: list[int] = []

@@ -200,6 +200,7 @@ class DecodeCall:
     start_pos: int
     logits_at: list[int]
     argmax: list[int]
+    top2_gap: list[float]  # best logit minus the runner-up's, per logits position
 
 
 class LlamaModel:
@@ -290,9 +291,11 @@ class LlamaModel:
         if rc != 0:
             raise RuntimeError(f"llama_decode failed with code {rc}")
         if self.decode_log is not None:
+            at = [i for i in range(n) if i in want]
+            top2 = [np.partition(self.logits(i), -2)[-2:] for i in at]
             self.decode_log.append(DecodeCall(
-                list(tokens), start_pos, [i for i in range(n) if i in want],
-                [int(np.argmax(self.logits(i))) for i in range(n) if i in want]))
+                list(tokens), start_pos, at, [int(np.argmax(self.logits(i))) for i in at],
+                [float(t[1] - t[0]) for t in top2]))
         return True
 
     def prefill(self, tokens: Sequence[int], start_pos: int, *,

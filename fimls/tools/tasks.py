@@ -39,7 +39,6 @@ form feeds or U+2028, as ``str.splitlines`` would).
 from __future__ import annotations
 
 import json
-import logging
 import os
 import random
 import re
@@ -49,8 +48,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, TextIO
-
-log = logging.getLogger(__name__)
 
 #: File extension -> language name (the ``language`` field of a task).
 LANGUAGES: dict[str, str] = {
