@@ -124,6 +124,28 @@ def cmd_complete(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_models(args: argparse.Namespace) -> int:
+    """The model catalogue: what is installed, where, and what pairs with what."""
+    from fimls.models import describe_models
+
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
+    rows = describe_models()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    for r in rows:
+        mark = " (default)" if r["default"] else ""
+        size = int(r["size"]) / 2**20  # type: ignore[call-overload]
+        print(f"{r['name']}{mark}: {r['description']}")
+        print(f"  installed: {'yes' if r['installed'] else 'no, ' + str(r['install'])}; "
+              f"size {size:.0f} MiB; licence {r['licence']}")
+        print(f"  path: {r['path'] or '-'}; vocabulary: {r['n_vocab'] or '-'}; "
+              f"FIM template: {r['template'] or '-'}; draft model: {r['draft'] or '-'}")
+        if r.get("error"):
+            print(f"  error: {r['error']}")
+    return 0
+
+
 def cmd_stats(args: argparse.Namespace) -> int:
     """p50/p95 of each latency field and counts by outcome."""
     from fimls.latency import format_summary, read_records, summarize
@@ -372,6 +394,10 @@ def build_parser() -> argparse.ArgumentParser:
         t.add_argument("--max-lines", type=int, default=6,
                        help="most lines a target spans (default 6)")
         t.set_defaults(func=cmd_tasks)
+    mo = sub.add_parser("models", help="list the named models: installed or not, size, "
+                        "path, vocabulary, FIM template, draft pairing")
+    mo.add_argument("--json", action="store_true", help="machine-readable output")
+    mo.set_defaults(func=cmd_models)
     st = sub.add_parser("stats", help="summarise a latency log")
     st.add_argument("log", nargs="?", help="latency log (default: the user state dir's)")
     st.add_argument("--json", action="store_true", help="machine-readable output")

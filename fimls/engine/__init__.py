@@ -40,13 +40,17 @@ def engine_config(options: Options) -> EngineConfig:
     """The engine's settings derived from ``options``: model paths resolved (the embedded
     model is assembled on first use; raises ModelLoadError) and the cost cache placed in
     the user cache directory."""
-    from fimls.models import cache_dir, resolve_model
+    from fimls.models import cache_dir, paired_draft, resolve_model
 
     m, c = options.model, options.completion
+    draft = c.draft_model
+    if draft is None and c.speculative in ("auto", "model"):
+        # A catalogue model's own draft model (the 0.5B for the 1.5B), when installed.
+        draft = paired_draft(m.model)
     return EngineConfig(
         model_path=resolve_model(m.model), n_ctx=m.n_ctx, n_batch=m.n_batch,
         threads=m.threads, n_gpu_layers=m.n_gpu_layers, fim_order=m.fim_order,
-        draft_model=resolve_model(c.draft_model) if c.draft_model else None,
+        draft_model=resolve_model(draft) if draft else None,
         draft_max=c.draft_max, ngram_max=c.ngram_max,
         # Plain decoding never drafts: measuring what a draft costs would only delay it.
         measure_costs=c.speculative != "off",
