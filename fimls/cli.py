@@ -7,6 +7,7 @@ the editor's ``initializationOptions`` (``maxTokens``): one converter reads both
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import sys
@@ -197,8 +198,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
             raise SystemExit(f"fimls bench: unknown configuration {c!r}")
     if "model" in configs and not opts.completion.draft_model:
         raise SystemExit("fimls bench: configuration 'model' needs --draft-model")
-    engine = make_engine(opts, isolation="thread")
-    total = sum(len(t) * args.repeats + args.warmup for _, t in sets) * len(configs)
+    models = [x.strip() for x in (args.models or "").split(",") if x.strip()] or [None]
+    total = (sum(len(t) * args.repeats + args.warmup for _, t in sets) * len(configs)
+             * len(models))
     ks_tasks: list[Task] = []
     if args.keystroke_tasks:
         ks_tasks = load_tasks(args.keystroke_set, args.keystroke_tasks)[1]
@@ -206,28 +208,41 @@ def cmd_bench(args: argparse.Namespace) -> int:
     bar = bench.Progress(total, "bench")
     result = bench.BenchResult()
     m = opts.model
-    result.setup = {"model": str(engine.cfg.model_path), "draft_model": opts.completion.draft_model,
+    result.setup = {"model": [], "draft_model": [],
                     "n_ctx": m.n_ctx, "threads": m.threads, "n_gpu_layers": m.n_gpu_layers,
                     "max_tokens": opts.completion.max_tokens, "temperature": 0,
                     "configs": configs, "warmup": args.warmup, "repeats": args.repeats,
-                    "verify_cost": engine.policy.batch_cost,
-                    "sets": {k: len(t) for k, t in sets}}
-    result.runs = bench.run_engine_bench(
-        engine, sets, configs, warmup=args.warmup, repeats=args.repeats,
-        max_tokens=opts.completion.max_tokens, max_lines=opts.completion.max_lines,
-        progress=bar.step)
-    engine.close()
+                    "verify_cost": {}, "sets": {k: len(t) for k, t in sets}}
+    for name in models:
+        # Each model in turn on the same tasks; its runs are labelled by model when several.
+        model_opts = (dataclasses.replace(opts, model=dataclasses.replace(m, model=name))
+                      if name else opts)
+        engine = make_engine(model_opts, isolation="thread")
+        label = engine.cfg.model_path.name
+        result.setup["model"].append(str(engine.cfg.model_path))
+        result.setup["draft_model"].append(str(engine.cfg.draft_model or ""))
+        result.setup["verify_cost"][label] = engine.policy.batch_cost
+        named = [(f"{k} [{name}]" if len(models) > 1 else k, t) for k, t in sets]
+        result.runs += bench.run_engine_bench(
+            engine, named, configs, warmup=args.warmup, repeats=args.repeats,
+            max_tokens=opts.completion.max_tokens, max_lines=opts.completion.max_lines,
+            progress=bar.step)
+        engine.close()
     result.summary = bench.summarize_runs(result.runs)
     if ks_tasks:
         serve_args = _passthrough_flags(args)
         result.keystroke = bench.run_keystroke_bench(serve_args, ks_tasks, args.keystroke_chars,
                                                      out, typed=args.keystroke_type,
                                                      progress=bar.step)
-    print(f"model: {result.setup['model']}  threads: {m.threads or 'auto'}  "
+    print(f"model: {', '.join(result.setup['model'])}  threads: {m.threads or 'auto'}  "
           f"gpu layers: {m.n_gpu_layers}  max tokens: {opts.completion.max_tokens}")
-    print("verify cost (x one step) by draft length: " + ", ".join(
-        f"{k}:{v:.2f}" for k, v in sorted(engine.policy.batch_cost.items())))
+    for label, costs in result.setup["verify_cost"].items():
+        print(f"verify cost (x one step) by draft length, {label}: " + ", ".join(
+            f"{k}:{v:.2f}" for k, v in sorted(costs.items())))
     print(bench.format_table(result.summary))
+    print("\nquality against the real text (first line, whole, prefix kept, edit "
+          "similarity, empty answers):")
+    print(bench.format_quality_table(result.summary))
     us = bench.lookup_speed()
     result.setup["lookup_us_per_call_8k"] = us
     print(f"prompt lookup: {us:.0f} us per proposal over 8k tokens of history")
@@ -346,6 +361,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated task sets: humaneval-single, humaneval-multi, or "
                    "JSONL files with prefix/suffix/target (e.g. from fimls tasks from-git)")
     b.add_argument("--n", type=int, default=12, help="tasks per set (default 12)")
+    b.add_argument("--models", default="",
+                   help="comma-separated models (catalogue names or GGUF paths) to compare on "
+                   "the same tasks, e.g. qwen2.5-coder-0.5b,gemma-3-270m (default: --model)")
     b.add_argument("--warmup", type=int, default=3, help="warm-up requests per configuration")
     b.add_argument("--repeats", type=int, default=1, help="measured passes over each set")
     b.add_argument("--configs", default="off,auto,lookup",

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fimls import quality
 from fimls.latency import percentile
 from fimls.tools.harness import (
     Task,
@@ -79,6 +80,7 @@ class Run:
     task_id: str
     text: str
     record: dict[str, Any]
+    target: str = ""
 
 
 @dataclass
@@ -142,6 +144,7 @@ def summarize_runs(runs: list[Run], baseline: str = "off") -> dict[str, dict[str
                              "p75": percentile(gains, 75)},
                 "identical": f"{same}/{len(rs)}" if base else "n/a",
                 "identical_count": same,
+                "quality": quality.summarize(quality.score(r.text, r.target) for r in rs),
             }
             if base_tps:
                 out[kind][cfg]["tps_ratio"] = tps / base_tps
@@ -154,7 +157,8 @@ def summarize_runs(runs: list[Run], baseline: str = "off") -> dict[str, dict[str
 
 def format_table(summary: dict[str, dict[str, dict[str, Any]]]) -> str:
     """The terminal table."""
-    head = (f"{'task set':<18}{'config':<8}{'runs':>5}{'ttft p50':>10}{'total p50':>10}"
+    w = max([18, *(len(k) + 2 for k in summary)])
+    head = (f"{'task set':<{w}}{'config':<8}{'runs':>5}{'ttft p50':>10}{'total p50':>10}"
             f"{'p95':>8}{'tok/s':>8}{'x off':>7}{'accept':>8}{'acc.len':>8}{'gain% (IQR)':>20}"
             f"{'same':>8}")
     lines = [head, "-" * len(head)]
@@ -164,11 +168,27 @@ def format_table(summary: dict[str, dict[str, dict[str, Any]]]) -> str:
             gain = (f"{g['median']:+.1f} ({g['p25']:+.0f}..{g['p75']:+.0f})"
                     if g["median"] == g["median"] else "")
             lines.append(
-                f"{kind:<18}{cfg:<8}{r['runs']:>5}{r['ttft_ms']['p50']:>10.0f}"
+                f"{kind:<{w}}{cfg:<8}{r['runs']:>5}{r['ttft_ms']['p50']:>10.0f}"
                 f"{r['total_ms']['p50']:>10.0f}{r['total_ms']['p95']:>8.0f}"
                 f"{r['tokens_per_s']:>8.1f}{r.get('tps_ratio', float('nan')):>7.2f}"
                 f"{r['acceptance_rate']:>8.0%}{r['mean_accepted_len']:>8.2f}{gain:>20}"
                 f"{r['identical']:>8}")
+    return "\n".join(lines)
+
+
+def format_quality_table(summary: dict[str, dict[str, dict[str, Any]]]) -> str:
+    """The quality table: how often the suggestion is the text the user really wrote."""
+    w = max([18, *(len(k) + 2 for k in summary)])
+    head = (f"{'task set':<{w}}{'config':<8}{'tasks':>6}{'line-exact':>11}{'exact':>7}"
+            f"{'prefix':>8}{'edit sim':>9}{'empty':>7}{'ttft p50':>10}{'total p50':>10}")
+    lines = [head, "-" * len(head)]
+    for kind, rows in summary.items():
+        for cfg, r in rows.items():
+            q = r["quality"]
+            lines.append(
+                f"{kind:<{w}}{cfg:<8}{int(q['tasks']):>6}{q['line_exact']:>11.3f}"
+                f"{q['exact']:>7.3f}{q['prefix_ratio']:>8.3f}{q['edit_similarity']:>9.3f}"
+                f"{q['empty_rate']:>7.2f}{r['ttft_ms']['p50']:>10.0f}{r['total_ms']['p50']:>10.0f}")
     return "\n".join(lines)
 
 
@@ -187,7 +207,7 @@ def run_engine_bench(engine: Any, sets: list[tuple[str, list[Task]]], configs: l
         res = engine.complete(req, lambda: False)
         d = json.loads(res.record.to_json())
         # Task ids need not be unique in a user's file: runs pair up by position.
-        return Run(kind, cfg, f"{index}:{task.task_id}", res.text, d)
+        return Run(kind, cfg, f"{index}:{task.task_id}", res.text, d, task.target)
 
     runs: list[Run] = []
     for kind, tasks in sets:
