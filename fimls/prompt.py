@@ -270,10 +270,21 @@ def build_prompt(template: FimTemplate, vocab: VocabLike, inp: PromptInput,
     suf_text, suf_toks = _fit_suffix(vocab, inp.suffix, suf_budget)
     pre_budget = avail - len(suf_toks)
     pre_text, pre_toks = _fit_prefix(vocab, inp.prefix, pre_budget, inp.prefix_offset)
+    # Heal the prefix's last token, as continuation mode does: a cursor after indentation
+    # or inside a word cuts a token the model never saw cut, and it answers by writing the
+    # indentation or the word's last letters again. The cut-off text is forced as the
+    # start of the middle instead, and the model picks its best token that agrees with it.
+    constraint = b""
+    heal = 0
+    if pre_toks:
+        constraint = vocab.piece(pre_toks[-1])
+        pre_toks = pre_toks[:-1]
+        heal = 1
     if template.order == "spm":
         body = [template.suf, *suf_toks, template.pre, *pre_toks]
     else:
         body = [template.pre, *pre_toks, template.suf, *suf_toks]
     if template.mid >= 0:
         body.append(template.mid)
-    return Prompt(tokens=head + body, prefix_window=pre_text, suffix_window=suf_text)
+    return Prompt(tokens=head + body, constraint=constraint, prefix_window=pre_text,
+                  suffix_window=suf_text, heal_tokens=heal)

@@ -200,8 +200,10 @@ def test_psm_layout(models: Models, family: str) -> None:
     prefix, suffix = "def f(x):\n    return ", "\n\nprint(f(1))\n"
     p = build_prompt(t, vocab, PromptInput(prefix=prefix, suffix=suffix), 512)
     head = [t.bos] if t.bos >= 0 else []
-    assert p.tokens == [*head, t.pre, *vocab.tokenize(prefix), t.suf,
-                        *vocab.tokenize(suffix), t.mid]
+    pre = vocab.tokenize(prefix)
+    # The prefix's last token is healed: left out, and forced as the middle's start.
+    assert p.tokens == [*head, t.pre, *pre[:-1], t.suf, *vocab.tokenize(suffix), t.mid]
+    assert p.constraint == vocab.piece(pre[-1]) and p.heal_tokens == 1
     assert (p.prefix_window, p.suffix_window) == (prefix, suffix)
 
 
@@ -210,8 +212,9 @@ def test_spm_layout(models: Models) -> None:
     t = detect_template(vocab)
     prefix, suffix = "def f(x):\n    return ", "\n\nprint(f(1))\n"
     p = build_prompt(t, vocab, PromptInput(prefix=prefix, suffix=suffix), 512)
-    assert p.tokens == [t.bos, t.suf, *vocab.tokenize(suffix), t.pre,
-                        *vocab.tokenize(prefix), t.mid]
+    pre = vocab.tokenize(prefix)
+    assert p.tokens == [t.bos, t.suf, *vocab.tokenize(suffix), t.pre, *pre[:-1], t.mid]
+    assert p.constraint == vocab.piece(pre[-1])
 
 
 def test_order_override_changes_layout(models: Models) -> None:
@@ -313,7 +316,8 @@ def test_windows_cut_at_line_boundaries(models: Models,
     assert p.suffix_window.endswith("\n")
     # The reported windows are exactly what was tokenized.
     _, pre, suf = sections(t, p)
-    assert pre == vocab.tokenize(p.prefix_window)
+    whole = vocab.tokenize(p.prefix_window)  # the last one is healed: forced, not sent
+    assert (pre, p.constraint) == (whole[:-1], vocab.piece(whole[-1]))
     assert suf == vocab.tokenize(p.suffix_window)
 
 
