@@ -5,7 +5,8 @@ advertises AMX, the build includes AMX matrix kernels, and inside some virtual m
 those die with SIGILL on their first matrix multiply (seen on a Sapphire Rapids guest:
 every prompt crashed the process). A process cannot survive SIGILL, so a child process
 tries the extra kernels once on the model to be loaded; where it dies, the model is loaded
-without them (llama.cpp's plain CPU kernels: slower prompt processing, same results).
+without them (llama.cpp's plain CPU kernels: slower prompt processing, results equal
+up to float rounding).
 CPUs without AMX are never probed. The answer is remembered per process and, given a
 cache file, per machine.
 """
