@@ -242,6 +242,18 @@ def _fit_suffix(vocab: VocabLike, suffix: str, budget: int) -> tuple[str, list[i
         text = text[: nl + 1] if nl >= 0 else text[: max(0, keep)]
 
 
+def _heal(vocab: VocabLike, toks: list[int]) -> tuple[list[int], bytes]:
+    """Token healing: drop the last token before the cursor and return its text to force.
+
+    A cursor inside a word or after indentation cuts a token the model never saw cut, and
+    it answers by writing the word's last letters or the indentation again. Forced as the
+    start of the output instead, the model picks its best token that agrees with it.
+    """
+    if not toks:
+        return toks, b""
+    return toks[:-1], vocab.piece(toks[-1])
+
+
 def build_prompt(template: FimTemplate, vocab: VocabLike, inp: PromptInput,
                  budget_tokens: int) -> Prompt:
     """Lay out the prompt for ``template`` within ``budget_tokens`` tokens."""
@@ -249,16 +261,9 @@ def build_prompt(template: FimTemplate, vocab: VocabLike, inp: PromptInput,
     if template.kind == "continuation":
         window, toks = _fit_prefix(vocab, inp.prefix, budget_tokens - len(head),
                                    inp.prefix_offset)
-        # Heal the last token: the cursor may sit inside a word, and the model continues
-        # best from a token boundary with the cut-off text forced as the start of its output.
-        constraint = b""
-        heal = 0
-        if toks:
-            constraint = vocab.piece(toks[-1])
-            toks = toks[:-1]
-            heal = 1
+        toks, constraint = _heal(vocab, toks)
         return Prompt(tokens=head + toks, constraint=constraint, prefix_window=window,
-                      heal_tokens=heal)
+                      heal_tokens=int(bool(constraint)))
 
     if template.has_repo_tokens and inp.repo_name is not None:
         head += [template.repo_name, *vocab.tokenize(inp.repo_name + "\n")]
@@ -270,16 +275,7 @@ def build_prompt(template: FimTemplate, vocab: VocabLike, inp: PromptInput,
     suf_text, suf_toks = _fit_suffix(vocab, inp.suffix, suf_budget)
     pre_budget = avail - len(suf_toks)
     pre_text, pre_toks = _fit_prefix(vocab, inp.prefix, pre_budget, inp.prefix_offset)
-    # Heal the prefix's last token, as continuation mode does: a cursor after indentation
-    # or inside a word cuts a token the model never saw cut, and it answers by writing the
-    # indentation or the word's last letters again. The cut-off text is forced as the
-    # start of the middle instead, and the model picks its best token that agrees with it.
-    constraint = b""
-    heal = 0
-    if pre_toks:
-        constraint = vocab.piece(pre_toks[-1])
-        pre_toks = pre_toks[:-1]
-        heal = 1
+    pre_toks, constraint = _heal(vocab, pre_toks)
     if template.order == "spm":
         body = [template.suf, *suf_toks, template.pre, *pre_toks]
     else:
@@ -287,4 +283,4 @@ def build_prompt(template: FimTemplate, vocab: VocabLike, inp: PromptInput,
     if template.mid >= 0:
         body.append(template.mid)
     return Prompt(tokens=head + body, constraint=constraint, prefix_window=pre_text,
-                  suffix_window=suf_text, heal_tokens=heal)
+                  suffix_window=suf_text, heal_tokens=int(bool(constraint)))
