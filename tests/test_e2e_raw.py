@@ -261,9 +261,8 @@ ODD_MESSAGES: list[tuple[bytes, Any, int]] = [
 ]
 
 
-@pytest.mark.parametrize(("body", "reply_id", "code"), ODD_MESSAGES)
-def test_odd_messages_get_the_right_error(raw: Raw, body: bytes, reply_id: Any,
-                                          code: int) -> None:
+def check_odd_message(raw: Raw, body: bytes, reply_id: Any, code: int) -> None:
+    """``body`` gets error ``code`` (for ``reply_id``), and the server serves on."""
     raw.send(body)
     reply = raw.recv_reply(reply_id)
     assert reply is not None and reply["error"]["code"] == code
@@ -271,6 +270,12 @@ def test_odd_messages_get_the_right_error(raw: Raw, body: bytes, reply_id: Any,
     assert raw.request("fimls/status", None)["result"]["serverPid"] == raw.proc.pid
     raw.send({"jsonrpc": "2.0", "id": 99, "method": "fimls/status"})
     assert "result" in (raw.recv_reply(99) or {})
+
+
+@pytest.mark.parametrize(("body", "reply_id", "code"), ODD_MESSAGES)
+def test_odd_messages_get_the_right_error(raw: Raw, body: bytes, reply_id: Any,
+                                          code: int) -> None:
+    check_odd_message(raw, body, reply_id, code)
 
 
 def test_messages_that_get_no_reply(raw: Raw) -> None:

@@ -15,7 +15,7 @@ from lsprotocol import types
 from pytest_lsp import LanguageClient
 
 from tests.lsp_helpers import ask_then_cancel, inline, open_doc, read_log, session
-from tests.test_e2e_raw import ODD_MESSAGES, Raw
+from tests.test_e2e_raw import ODD_MESSAGES, Raw, check_odd_message
 
 FAKE = [sys.executable, "-m", "tests.fake_server"]
 REFUSAL = ("draft model starcoder2-vocab.gguf refused: vocabularies differ; "
@@ -162,10 +162,7 @@ def test_request_before_initialize_is_refused() -> None:
 @pytest.mark.parametrize(("body", "reply_id", "code"), ODD_MESSAGES)
 def test_odd_messages_get_the_right_error(raw: Raw, body: bytes, reply_id: Any,
                                           code: int) -> None:
-    raw.send(body)
-    reply = raw.recv_reply(reply_id)
-    assert reply is not None and reply["error"]["code"] == code
-    assert raw.request("fimls/status", None)["result"]["serverPid"] == raw.proc.pid
+    check_odd_message(raw, body, reply_id, code)
 
 
 def test_malformed_json_gets_a_parse_error(raw: Raw) -> None:
