@@ -118,7 +118,8 @@ def cmd_complete(args: argparse.Namespace) -> int:
     result = engine.complete(req, lambda: False)
     engine.close()
     where = f"{path}:{pos.line + 1}:{pos.character + 1}"
-    print(f"--- completion at {where} ({opts.model.model or 'embedded default model'})")
+    named = "" if opts.model.model else ", the default"
+    print(f"--- completion at {where} ({engine.model_name}{named})")
     print(result.text)
     print("--- latency record")
     print(result.record.to_json())

@@ -45,8 +45,8 @@ class ModelOptions:
 
     model: str | None = _opt(None, kind="path", nullable=True)
     """A catalogue name (``fimls models``: gemma-3-270m, qwen2.5-coder-0.5b,
-    qwen2.5-coder-1.5b) or a path to a GGUF file; None means the embedded default (Gemma 3
-    270M, Q4_K_M)."""
+    qwen2.5-coder-1.5b) or a path to a GGUF file; None means ``FIMLS_MODEL`` if set, else
+    the default, qwen2.5-coder-1.5b."""
     n_ctx: int = _opt(4096, min=64)
     """Context length in tokens (prompt plus completion)."""
     n_batch: int = _opt(512, min=1)

