@@ -114,7 +114,8 @@ def cmd_complete(args: argparse.Namespace) -> int:
     c = opts.completion
     req = CompletionRequest(uri=doc.uri, version=0, prefix=prefix, suffix=suffix,
                             rel_path=path.name, max_tokens=c.max_tokens,
-                            max_lines=c.max_lines, speculative=c.speculative)
+                            max_lines=c.max_lines, max_time_ms=c.max_time_ms,
+                            speculative=c.speculative)
     result = engine.complete(req, lambda: False)
     engine.close()
     where = f"{path}:{pos.line + 1}:{pos.character + 1}"

@@ -76,6 +76,10 @@ class CompletionOptions:
     """Most tokens generated for one suggestion."""
     max_lines: int = _opt(8, min=1)
     """Most lines in a multi-line suggestion."""
+    max_time_ms: int = _opt(0, min=0)
+    """Most milliseconds spent generating one suggestion, after its prompt is evaluated
+    (like llama.vim's t_max_predict_ms); then what is there is returned, whole lines only
+    for a multi-line suggestion. 0: no limit."""
     speculative: str = _opt("auto", choices=SPECULATIVE_MODES)
     """auto, off, lookup or model (off: plain greedy decoding, no reuse of suggestions)."""
     draft_model: str | None = _opt(None, kind="path", nullable=True)
@@ -84,6 +88,10 @@ class CompletionOptions:
     """Most tokens drafted for one verification (4-16 on a GPU, fewer on a CPU)."""
     ngram_max: int = _opt(3, min=1)
     """Longest n-gram key prompt lookup matches (2-4)."""
+    reuse_suffix: bool = True
+    """FIM models: after an edit before the cursor, keep the suffix's cached entries (moved
+    to their new positions) instead of recomputing them. An approximation: they attended
+    to the text before the edit."""
 
 
 @dataclass(kw_only=True)

@@ -41,6 +41,7 @@ class LatencyRecord:
     model_ms: float = 0.0  # time this request held the model, from ``ts`` (0: never did)
     prompt_tokens: int = 0
     reused_tokens: int = 0
+    shifted_tokens: int = 0  # suffix entries kept from the cache at moved positions (FIM)
     memo_tokens: int = 0  # tokens replayed from the previous generation without compute
     evaluated_tokens: int = 0  # positions the model computed for this request (0: none)
     generated_tokens: int = 0

@@ -180,6 +180,16 @@ def _match_indent_style(text: str, line_prefix: str) -> str:
     return "\n".join(out)
 
 
+def cut_to_budget(text: str, ctx: CursorContext) -> str:
+    """What of an unfinished suggestion may be shown when its time is up: a one-line
+    suggestion as far as it got, a multi-line one in whole lines only (nothing if its first
+    line is not finished: half a statement is worse than none)."""
+    if ctx.single_line:
+        return text
+    nl = text.rfind("\n")
+    return text[:nl] if nl >= 0 else ""
+
+
 def finalize(text: str, ctx: CursorContext) -> str:
     """Clean a finished suggestion; an empty string means "no suggestion"."""
     mode = ctx.mode

@@ -272,7 +272,8 @@ class FimlsServer(LanguageServer):
                                  suffix=suffix, prefix_offset=offset, repo_name=repo,
                                  rel_path=rel,
                                  max_tokens=c.max_tokens, max_lines=c.max_lines,
-                                 speculative=c.speculative,
+                                 max_time_ms=c.max_time_ms,
+                                 speculative=c.speculative, reuse_suffix=c.reuse_suffix,
                                  neighbors=self._neighbor_texts(doc))
 
     def _neighbor_texts(self, doc: TextDocument, limit: int = 3) -> list[str]:

@@ -39,9 +39,9 @@ def test_defaults() -> None:
     assert snapshot(o) == {
         "model": None, "nCtx": 4096, "nBatch": 512, "threads": None, "nGpuLayers": 0,
         "fimOrder": "auto", "isolation": "process", "loadTimeoutS": 300,
-        "cancelGraceMs": 5000, "maxTokens": 64, "maxLines": 8,
+        "cancelGraceMs": 5000, "maxTokens": 64, "maxLines": 8, "maxTimeMs": 0,
         "speculative": "auto",
-        "draftModel": None, "draftMax": 8, "ngramMax": 3,
+        "draftModel": None, "draftMax": 8, "ngramMax": 3, "reuseSuffix": True,
         "latencyLog": None, "logLevel": "INFO",
     }
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from fimls.engine.api import CompletionRequest
-from fimls.engine.core import Engine, EngineConfig
+from fimls.engine.core import SUFFIX_FRESH_TOKENS, Engine, EngineConfig
 from fimls.models import CATALOGUE, resolve_model
 from fimls.tools.harness import utf16_len
 from tests.lsp_helpers import end_position, inline, insert, open_doc, read_log, session
@@ -173,3 +173,45 @@ def test_fimls_complete_runs_the_default_model(tmp_path: Path) -> None:
     assert "if is_prime(n):" in suggestion and "result.append(n)" in suggestion, out
     record = json.loads(tail.strip().splitlines()[-1])
     assert record["model"] == "qwen2.5-coder-1.5b" and record["outcome"] == "returned"
+
+
+SUFFIX_DOC = ("\n".join(f"def helper_{i}(x):\n    return x * {i} + {i * i}\n" for i in range(12))
+              + "\n\nif __name__ == '__main__':\n    print(primes_below(30))\n")
+
+
+def _keystroke(engine: Engine, prefix: str, reuse: bool) -> tuple[str, dict[str, int]]:
+    req = CompletionRequest(uri="file:///k.py", version=1, prefix=prefix, suffix=SUFFIX_DOC,
+                            max_tokens=16, speculative="off", reuse_suffix=reuse)
+    res = engine.complete(req, lambda: False)
+    rec = res.record
+    # The engine's account of its cache is what llama.cpp holds.
+    assert engine.model.kv_len() == len(engine.kv)
+    return res.text, {"shifted": rec.shifted_tokens, "evaluated": rec.evaluated_tokens,
+                      "prompt": rec.prompt_tokens, "generated": rec.generated_tokens}
+
+
+@pytest.mark.parametrize("reuse", [True, False])
+def test_a_keystroke_keeps_the_suffix_cache(engine: Engine, reuse: bool) -> None:
+    engine.reset()
+    head = ("def primes_below(limit):\n    result = []\n    for n in range(2, limit):\n"
+            "        if is_")
+    _, first = _keystroke(engine, head, reuse)
+    assert first["shifted"] == 0 and first["evaluated"] >= first["prompt"]
+    suffix_tokens = len(engine.vocab.tokenize(SUFFIX_DOC))
+    recs = []
+    # Typing within a word only changes the healed text, not the prompt; these add and
+    # remove whole tokens before the suffix (typing, a backspace, two characters at once).
+    for typed in ("prime(n", "prime(n):", "prime(", "prime(n)"):
+        _, rec = _keystroke(engine, head + typed, reuse)
+        recs.append(rec)
+    kept = suffix_tokens - SUFFIX_FRESH_TOKENS  # the suffix's first tokens are recomputed
+    moved = [r for r in recs if r["shifted"] >= kept]
+    recomputed = [r for r in recs if r["evaluated"] >= suffix_tokens]
+    if reuse:
+        # Only the new text before the cursor, the suffix's first line, <mid> and the
+        # output were computed.
+        assert len(moved) >= 3 and not recomputed, recs
+        assert all(r["evaluated"] <= r["generated"] + SUFFIX_FRESH_TOKENS + 8
+                   for r in recs), recs
+    else:
+        assert not moved and len(recomputed) >= 3, recs

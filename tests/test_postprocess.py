@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fimls.postprocess import CursorContext, StopPolicy, finalize
+from fimls.postprocess import CursorContext, StopPolicy, cut_to_budget, finalize
 
 
 def ctx(prefix: str, suffix: str = "") -> CursorContext:
@@ -197,3 +197,14 @@ def test_leading_newline_dropped_on_blank_line() -> None:
 
 def test_leading_newline_kept_after_code() -> None:
     assert finalize("\ny = 2\n", ctx("x = 1", "")) == "\ny = 2"
+
+
+def test_a_suggestion_cut_by_time_keeps_whole_lines_only() -> None:
+    block = CursorContext.from_text("    for n in items:", "\n")
+    assert cut_to_budget("\n        if n > 1:\n            out.app", block) == \
+        "\n        if n > 1:"
+    assert cut_to_budget("\n        if n > 1", block) == ""
+    blank = CursorContext.from_text("    ", "\n")
+    assert cut_to_budget("return tot", blank) == ""
+    line = CursorContext.from_text("    x = compute(", ")\n")
+    assert cut_to_budget("a, b", line) == "a, b"  # one line: as far as it got

@@ -35,7 +35,9 @@ class CompletionRequest:
     # The defaults are the options' (fimls.config), written there once.
     max_tokens: int = CompletionOptions.max_tokens
     max_lines: int = CompletionOptions.max_lines
+    max_time_ms: int = CompletionOptions.max_time_ms
     speculative: str = CompletionOptions.speculative
+    reuse_suffix: bool = CompletionOptions.reuse_suffix
     neighbors: list[str] = field(default_factory=list)  # text of other open buffers
     request_id: str = field(default_factory=lambda: f"r{next(_ids)}")
     created: float = field(default_factory=time.monotonic)

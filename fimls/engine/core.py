@@ -37,7 +37,7 @@ from fimls.engine.llama import LlamaModel, ModelLoadError
 from fimls.latency import LatencyRecord
 from fimls.memo import SuggestionMemo
 from fimls.models import catalogue_name
-from fimls.postprocess import CursorContext, StopPolicy, finalize
+from fimls.postprocess import CursorContext, StopPolicy, cut_to_budget, finalize
 from fimls.prompt import FimTemplate, Prompt, PromptInput, build_prompt, detect_template
 
 __all__ = ["Cancelled", "Engine", "EngineConfig"]
@@ -46,6 +46,10 @@ log = logging.getLogger(__name__)
 
 
 MIN_MEMO_SUGGESTION = 8  # replayed tokens that make a follow-up suggestion worth showing
+# The suffix's first tokens (<suf> and about a line) are evaluated again after an edit
+# before the cursor: they say most about what the gap holds, and kept from the cache they
+# would still describe the old gap. Only the rest of the suffix is moved.
+SUFFIX_FRESH_TOKENS = 16
 MAX_PATH_REMAINDER = 32  # bytes of typed text that may be forced after the cached path
 
 
@@ -107,6 +111,9 @@ class Engine:
         self.policy = DraftPolicy(max_draft=min(cfg.draft_max, self.model.n_batch // 2 - 1))
         self.prev_gen: dict[str, list[int]] = {}
         self.memo = SuggestionMemo()
+        # Only a PSM FIM prompt has its suffix after the text that changes.
+        self._can_shift = (self.template.kind == "fim" and self.template.order == "psm"
+                           and self.model.can_shift())
         self._unbuilt_sources: CompletionRequest | None = None
         self._buffer_tokens: dict[str, list[int]] = {}
         self.draft_model: Any = None
@@ -319,6 +326,56 @@ class Engine:
 
     # -- evaluation ---------------------------------------------------------------------
 
+    def _reuse_suffix(self, tokens: list[int], common: int, rec: LatencyRecord) -> int:
+        """After an edit before the cursor, move the cached suffix instead of recomputing it.
+
+        A PSM prompt is ``... <pre> prefix <suf> suffix <mid>``: typing changes the prefix's
+        last tokens, so the cache agrees with the new prompt only up to the cursor, yet the
+        suffix's entries are there, at positions off by the edit's length. Past the first
+        ``SUFFIX_FRESH_TOKENS`` of the suffix (evaluated again), they are parked aside
+        (llama.cpp evaluates a sequence only after its last position), the new prefix tokens
+        are evaluated in the gap, the rest of the suffix is moved back to its new positions,
+        and ``<mid>`` is evaluated again for its logits. Returns how many leading prompt
+        tokens the cache now holds. The moved entries attended to the old prefix: an
+        approximation, off with ``reuseSuffix: false``.
+        """
+        suf = self.template.suf
+        n = len(tokens)
+        try:
+            new_at = tokens.index(suf, common)
+            old_at = self.kv.index(suf, common)
+        except ValueError:
+            return common
+        length = n - 1 - new_at  # <suf> and the suffix; <mid> is evaluated again
+        fresh = min(length, SUFFIX_FRESH_TOKENS)
+        if (length - fresh < SUFFIX_FRESH_TOKENS
+                or self.kv[old_at:old_at + length] != tokens[new_at:new_at + length]):
+            return common  # little to keep, or the suffix changed
+        self._truncate(old_at + length)
+        self.model.kv_remove(common, old_at + fresh)
+        self.model.park(old_at + fresh, old_at + length)
+        self._fresh_from = min(self._fresh_from, common)
+        todo = tokens[common:new_at + fresh]
+        try:
+            done = self.model.prefill(todo, common, logits_last=False)
+        except BaseException:
+            self.model.drop_parked()
+            self._truncate(common)
+            raise
+        self._evaluated += done
+        if done < len(todo):
+            # Cancelled in the gap: keep the contiguous part only.
+            self.model.drop_parked()
+            self.model.kv_truncate(common + done)
+            self.kv = list(tokens[:common + done])
+            self.nxt = self.nxt[:common] + [None] * done
+            raise Cancelled
+        self.model.unpark(new_at - old_at)
+        self.kv = list(tokens[:new_at + length])
+        self.nxt = self.nxt[:common] + [None] * (new_at + length - common)
+        rec.shifted_tokens = length - fresh
+        return new_at + length
+
     def _truncate(self, n: int) -> None:
         """Make the cache (and our record of it) hold only the first ``n`` positions."""
         if n < len(self.kv):
@@ -485,6 +542,11 @@ class Engine:
         while len(st.gen) < req.max_tokens:
             if cancelled():
                 raise Cancelled
+            if (req.max_time_ms and st.t_first is not None
+                    and (time.monotonic() - st.t_first) * 1000.0 >= req.max_time_ms):
+                rec.stop = "max_time"
+                st.text = cut_to_budget(st.text, st.ctx)
+                break
             if len(st.seq) >= self.model.n_ctx - 1:
                 # A tiny context (or a huge max_tokens): stop before llama.cpp runs out.
                 rec.stop = "context_full"
@@ -532,6 +594,8 @@ class Engine:
             return None
         ctx = CursorContext.from_text(req.prefix, req.suffix)
         common = _lcp(tokens, self.kv)
+        if req.reuse_suffix and self._can_shift:
+            common = self._reuse_suffix(tokens, common, rec)
         rec.reused_tokens = min(common, len(tokens))
         return _Decoding(
             req=req, rec=rec, cancelled=cancelled, seq=list(tokens), common=common,

@@ -243,7 +243,10 @@ class LlamaModel:
         cp.n_ubatch = n_batch
         cp.n_threads = nthreads
         cp.n_threads_batch = nthreads
-        cp.n_seq_max = 1
+        # Sequence 1 only parks cache entries while new ones are evaluated below them (see
+        # park); one unified cache keeps all n_ctx positions for sequence 0.
+        cp.n_seq_max = 2
+        cp.kv_unified = True
         self._ctx = L.llama_init_from_model(self._model, cp)
         if not self._ctx:
             L.llama_model_free(self._model)
@@ -336,6 +339,37 @@ class LlamaModel:
     def kv_truncate(self, n_keep: int) -> None:
         """Drop every cached position >= n_keep of sequence 0."""
         L.llama_memory_seq_rm(self._mem, 0, n_keep, -1)
+
+    def kv_remove(self, p0: int, p1: int) -> None:
+        """Drop the cached positions in [p0, p1) of sequence 0."""
+        if p1 > p0:
+            L.llama_memory_seq_rm(self._mem, 0, p0, p1)
+
+    def park(self, p0: int, p1: int) -> None:
+        """Set the cached positions [p0, p1) of sequence 0 aside (in sequence 1).
+
+        llama.cpp evaluates a sequence only at positions after its last cached one; parking
+        the entries above a gap lets the gap be evaluated (without seeing them), and
+        :meth:`unpark` puts them back, moved.
+        """
+        L.llama_memory_seq_rm(self._mem, 1, -1, -1)
+        L.llama_memory_seq_cp(self._mem, 0, 1, p0, p1)
+        L.llama_memory_seq_rm(self._mem, 0, p0, p1)
+
+    def unpark(self, delta: int) -> None:
+        """Move the parked entries by ``delta`` and return them to sequence 0."""
+        if delta:
+            L.llama_memory_seq_add(self._mem, 1, -1, -1, delta)
+        L.llama_memory_seq_cp(self._mem, 1, 0, -1, -1)
+        L.llama_memory_seq_rm(self._mem, 1, -1, -1)
+
+    def drop_parked(self) -> None:
+        """Forget the parked entries."""
+        L.llama_memory_seq_rm(self._mem, 1, -1, -1)
+
+    def can_shift(self) -> bool:
+        """Whether the cache supports moving positions (RoPE models with a plain cache)."""
+        return bool(L.llama_memory_can_shift(self._mem))
 
     def close(self) -> None:
         """Free the context and the model."""
