@@ -10,7 +10,9 @@ import argparse
 import dataclasses
 import json
 import logging
+import os
 import sys
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -203,6 +205,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     models = [x.strip() for x in (args.models or "").split(",") if x.strip()] or [None]
     total = (sum(len(t) * args.repeats + args.warmup for _, t in sets) * len(configs)
              * len(models))
+    editor_n = args.editor_tasks if args.editor_tasks is not None else (20 if args.peer else 0)
+    editor_tasks: list[Task] = []
+    if editor_n:
+        editor_tasks = load_tasks(args.editor_set or args.sets.split(",")[0].strip(),
+                                  editor_n)[1]
+        total += len(editor_tasks) * len(models) * (1 + bool(args.peer) + bool(args.open_wait))
     ks_tasks: list[Task] = []
     if args.keystroke_tasks:
         ks_tasks = load_tasks(args.keystroke_set, args.keystroke_tasks)[1]
@@ -215,7 +223,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                     "max_tokens": opts.completion.max_tokens, "temperature": 0,
                     "configs": configs, "warmup": args.warmup, "repeats": args.repeats,
                     "verify_cost": {}, "sets": {k: len(t) for k, t in sets}}
-    for name in models:
+    for name in models if sets else []:
         # Each model in turn on the same tasks; its runs are labelled by model when several.
         model_opts = (dataclasses.replace(opts, model=dataclasses.replace(m, model=name))
                       if name else opts)
@@ -236,15 +244,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
         result.keystroke = bench.run_keystroke_bench(serve_args, ks_tasks, args.keystroke_chars,
                                                      out, typed=args.keystroke_type,
                                                      progress=bar.step)
+    if editor_tasks:
+        result.editor = _editor_bench(args, opts, models, editor_tasks, out, bar.step)
     print(f"model: {', '.join(result.setup['model'])}  threads: {m.threads or 'auto'}  "
           f"gpu layers: {m.n_gpu_layers}  max tokens: {opts.completion.max_tokens}")
     for label, costs in result.setup["verify_cost"].items():
         print(f"verify cost (x one step) by draft length, {label}: " + ", ".join(
             f"{k}:{v:.2f}" for k, v in sorted(costs.items())))
-    print(bench.format_table(result.summary))
-    print("\nquality against the real text (first line, whole, prefix kept, edit "
-          "similarity, empty answers):")
-    print(bench.format_quality_table(result.summary))
+    if result.runs:
+        print(bench.format_table(result.summary))
+        print("\nquality against the real text (first line, whole, prefix kept, edit "
+              "similarity, empty answers):")
+        print(bench.format_quality_table(result.summary))
     us = bench.lookup_speed()
     result.setup["lookup_us_per_call_8k"] = us
     print(f"prompt lookup: {us:.0f} us per proposal over 8k tokens of history")
@@ -260,7 +271,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
                   f">= 90% of the prompt {row['reuse_ge_90pct']}/{row['requests']}")
             print(f"         engine worker hop (to the worker process and back, per request): "
                   f"p50 {row['hop_p50_ms']:.2f} ms  p95 {row['hop_p95_ms']:.2f} ms")
+    if result.editor:
+        from fimls.tools.peer import format_side_by_side
+
+        print(f"\nas an editor asks ({len(editor_tasks)} tasks of "
+              f"{args.editor_set or args.sets.split(',')[0]}: the first request, then "
+              f"{args.typing} typed characters of the real text, asking after each):")
+        print(format_side_by_side(result.editor["summary"]))
     data = {"setup": result.setup, "summary": result.summary,
+            "editor": result.editor or None,
             "keystroke": result.keystroke.get("summary") if result.keystroke else None,
             "runs": [r.__dict__ for r in result.runs]}
     (out / "bench.json").write_text(json.dumps(data, indent=1, default=str))
@@ -268,6 +287,52 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if bench.plot(result, out / "bench.png"):
         print(f"plot: {out / 'bench.png'}")
     return 0
+
+
+def _editor_bench(args: argparse.Namespace, opts: Options, models: list[str | None],
+                  tasks: list[Any], out: Path, step: Callable[[str], None]) -> dict[str, Any]:
+    """fimls serve (and llama-server with --peer) as an editor drives them, per model."""
+    from fimls.models import catalogue_name, default_model_name, resolve_model
+    from fimls.tools import peer
+
+    summary: dict[str, dict[str, dict[str, Any]]] = {}
+    rows: dict[str, dict[str, Any]] = {}
+    flags = _passthrough_flags(args)
+    for name in models:
+        model = name or opts.model.model or default_model_name()
+        path = resolve_model(model)
+        label = catalogue_name(path) or path.name
+        serve = [*_strip_flag(flags, "--model"), "--model", str(model)]
+        log_path = out / f"editor-{label}.jsonl"
+        runs = {"fimls": peer.run_fimls(serve, tasks, typing=args.typing,
+                                        latency_log=log_path, progress=step)}
+        if args.open_wait:
+            runs[f"fimls, opened {args.open_wait:g}s before"] = peer.run_fimls(
+                serve, tasks, typing=0, open_wait=args.open_wait,
+                latency_log=out / f"editor-{label}-opened.jsonl", progress=step)
+        if args.peer:
+            runs["llama-server"] = peer.run_peer(
+                Path(args.peer), path, tasks, typing=args.typing,
+                max_tokens=opts.completion.max_tokens,
+                threads=opts.model.threads or min(8, os.cpu_count() or 1),
+                extra_args=args.peer_args, progress=step)
+        summary[label] = {k: peer.summarize_editor(v) for k, v in runs.items()}
+        rows[label] = runs
+    return {"summary": summary, "rows": rows}
+
+
+def _strip_flag(flags: list[str], flag: str) -> list[str]:
+    """``flags`` without ``flag`` and its value."""
+    out: list[str] = []
+    skip = False
+    for f in flags:
+        if skip:
+            skip = False
+        elif f == flag:
+            skip = True
+        else:
+            out.append(f)
+    return out
 
 
 def cmd_soak(args: argparse.Namespace) -> int:
@@ -380,6 +445,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="type the suggestion that was shown, or the task's expected text")
     b.add_argument("--keystroke-chars", type=int, default=12,
                    help="characters typed per task in that scenario")
+    b.add_argument("--peer", metavar="LLAMA_SERVER",
+                   help="also drive llama.cpp's llama-server (this binary) on the same model "
+                   "and tasks, as llama.vim does, and report fimls's ratios to it")
+    b.add_argument("--peer-args", default="--cache-reuse 256 -b 1024 -ub 1024",
+                   help="extra llama-server arguments (default: %(default)s)")
+    b.add_argument("--editor-set", default="",
+                   help="task set of the editor scenario (default: the first of --sets)")
+    b.add_argument("--editor-tasks", type=int, default=None,
+                   help="tasks for the editor scenario: fimls serve (and the peer) asked "
+                   "at the cursor, then after each typed character (default: 20 with "
+                   "--peer, else 0)")
+    b.add_argument("--typing", type=int, default=3,
+                   help="characters of the real text typed per task in the editor scenario")
+    b.add_argument("--open-wait", type=float, default=0.0,
+                   help="also run fimls with this many seconds between opening a document "
+                   "and the first request (a user reading: idle prefill)")
     b.add_argument("--out", default="bench-out", help="folder for bench.json and bench.png")
     _add_option_flags(b)
     b.set_defaults(func=cmd_bench)

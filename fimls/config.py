@@ -51,6 +51,10 @@ class ModelOptions:
     """Context length in tokens (prompt plus completion)."""
     n_batch: int = _opt(512, min=1)
     """Tokens per prefill batch."""
+    prompt_tokens: int = _opt(0, min=0)
+    """Most tokens in a prompt (its window of the file). 0: sized by time, from the
+    prefill speed measured on this machine, so that a prompt nothing of which is cached
+    costs about six seconds (on a GPU: as much as n_ctx allows)."""
     threads: int | None = _opt(None, min=1, nullable=True)
     """CPU threads for llama.cpp; None picks the number of cores (at most 8)."""
     n_gpu_layers: int = 0
@@ -88,6 +92,10 @@ class CompletionOptions:
     """Most tokens drafted for one verification (4-16 on a GPU, fewer on a CPU)."""
     ngram_max: int = _opt(3, min=1)
     """Longest n-gram key prompt lookup matches (2-4)."""
+    idle_prefill: bool = True
+    """Evaluate the prompt the next request will most likely need while the user is idle:
+    a file's opening after it is opened, the prompt at the last edit after a pause. A real
+    request stops it at once."""
     reuse_suffix: bool = True
     """FIM models: after an edit before the cursor, keep the suffix's cached entries (moved
     to their new positions) instead of recomputing them. An approximation: they attended

@@ -162,7 +162,11 @@ def summarize(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
     """p50/p95 of every timing and count field, counts by outcome, reuse and acceptance."""
     everything = list(records)
     events = [r for r in everything if "event" in r]
-    recs = [r for r in everything if "event" not in r]
+    # Idle prefill is no request: its records are summed up on their own.
+    idle = [r for r in everything
+            if "event" not in r and str(r.get("outcome", "")).startswith("prefill")]
+    recs = [r for r in everything
+            if "event" not in r and not str(r.get("outcome", "")).startswith("prefill")]
     out: dict[str, Any] = {"requests": len(recs),
                            "outcomes": dict(Counter(str(r.get("outcome")) for r in recs))}
     fields: dict[str, dict[str, float]] = {}
@@ -183,7 +187,17 @@ def summarize(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
     out["reuse_ratio"] = reused / prompt if prompt else 0.0
     out["acceptance_rate"] = accepted / drafted if drafted else 0.0
     out["suggestions"] = _outcomes(recs, events)
+    idle_ms = [v for r in idle if (v := _num(r.get("model_ms"))) is not None]
+    out["idle_prefill"] = {"runs": len(idle),
+                           "stopped": sum(1 for r in idle if r.get("outcome") != "prefill"),
+                           "tokens": total_of(idle, "evaluated_tokens"),
+                           "model_ms_p50": percentile(idle_ms, 50)}
     return out
+
+
+def total_of(recs: list[dict[str, Any]], key: str) -> float:
+    """The sum of a numeric field over ``recs``."""
+    return sum(v for r in recs if (v := _num(r.get(key))) is not None)
 
 
 def _outcomes(recs: list[dict[str, Any]], events: list[dict[str, Any]]) -> dict[str, Any]:

@@ -254,10 +254,47 @@ def _heal(vocab: VocabLike, toks: list[int]) -> tuple[list[int], bytes]:
     return toks[:-1], vocab.piece(toks[-1])
 
 
+def _head(template: FimTemplate, vocab: VocabLike, inp: PromptInput) -> list[int]:
+    """BOS, and for FIM models with repository tokens the repository and file header."""
+    head: list[int] = [template.bos] if template.bos >= 0 else []
+    if template.kind == "continuation":
+        return head
+    if template.has_repo_tokens and inp.repo_name is not None:
+        head += [template.repo_name, *vocab.tokenize(inp.repo_name + "\n")]
+    if template.file_sep >= 0 and inp.rel_path:
+        head += [template.file_sep, *vocab.tokenize(inp.rel_path + "\n")]
+    return head
+
+
+def opening_prompt(template: FimTemplate, vocab: VocabLike, inp: PromptInput,
+                   budget_tokens: int) -> list[int]:
+    """The first tokens of every prompt for a cursor near the top of ``inp.prefix``.
+
+    When a file is opened the cursor is not known yet, but for any cursor whose prefix
+    window starts at the top of the file (a file that fits the window, or a cursor in its
+    first screenfuls), the prompt starts with the header and the file's opening text.
+    These tokens, evaluated while the user reads, are the cache the first request reuses.
+    ``inp.prefix`` is the whole text; the suffix is not used.
+    """
+    head = _head(template, vocab, inp)
+    if template.kind == "continuation":
+        room = budget_tokens - len(head)
+    else:
+        head.append(template.pre if template.order == "psm" else template.suf)
+        if template.order != "psm":
+            return head  # SPM: the suffix, which depends on the cursor, comes first
+        room = max(16, budget_tokens - len(head) - 2)  # a prompt with an empty suffix
+    # A prefix window starts at the top only while the prefix is this short (see
+    # _fit_prefix), so later text would not be reused.
+    toks = vocab.tokenize(inp.prefix[: room * CHARS_PER_TOKEN_GUESS])[:room]
+    # The last token may be cut mid-word by the cursor (then healed): leave it out.
+    return head + toks[:-1]
+
+
 def build_prompt(template: FimTemplate, vocab: VocabLike, inp: PromptInput,
                  budget_tokens: int) -> Prompt:
     """Lay out the prompt for ``template`` within ``budget_tokens`` tokens."""
-    head: list[int] = [template.bos] if template.bos >= 0 else []
+    head = _head(template, vocab, inp)
     if template.kind == "continuation":
         window, toks = _fit_prefix(vocab, inp.prefix, budget_tokens - len(head),
                                    inp.prefix_offset)
@@ -265,10 +302,6 @@ def build_prompt(template: FimTemplate, vocab: VocabLike, inp: PromptInput,
         return Prompt(tokens=head + toks, constraint=constraint, prefix_window=window,
                       heal_tokens=int(bool(constraint)))
 
-    if template.has_repo_tokens and inp.repo_name is not None:
-        head += [template.repo_name, *vocab.tokenize(inp.repo_name + "\n")]
-    if template.file_sep >= 0 and inp.rel_path:
-        head += [template.file_sep, *vocab.tokenize(inp.rel_path + "\n")]
     avail = max(16, budget_tokens - len(head) - 3)
     suf_budget = avail // 4
     pre_budget = avail - suf_budget

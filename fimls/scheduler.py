@@ -48,6 +48,7 @@ class _Job:
     # A running job that is cancelled is answered at once; its record is written when the
     # engine has actually let go of it (so the log shows how long it held the model).
     answered_ms: float | None = None  # when set: the client already has its (empty) answer
+    idle: bool = False  # idle prefill: runs only while no request waits, nobody awaits it
 
 
 class Scheduler:
@@ -59,6 +60,7 @@ class Scheduler:
         self._by_uri: dict[str, _Job] = {}
         self._by_id: dict[str, _Job] = {}
         self._running: _Job | None = None
+        self._idle: _Job | None = None  # the one idle prefill job waiting, if any
         self._engine: EngineLike | None = None
         self._loader: Callable[[], EngineLike] | None = None
         self._state = EngineState.IDLE
@@ -149,8 +151,43 @@ class Scheduler:
             self._by_uri[req.uri] = job
             self._by_id[req.request_id] = job
             self._queue.append(job)
+            self._stop_idle_locked()
             self._lock.notify_all()
         return job.future
+
+    def prefill(self, req: CompletionRequest) -> bool:
+        """Queue idle work (``req.prefill`` set): evaluate a prompt before it is asked for.
+
+        It runs only while no request waits, and any request submitted meanwhile stops it
+        at once (the engine aborts the batch in flight). A newer idle job replaces an older
+        one. Returns False when it was not queued (a request is waiting or running, or the
+        model is not ready).
+        """
+        job = _Job(req=req, idle=True)
+        with self._lock:
+            running = self._running
+            if (self._state != EngineState.READY or self._queue
+                    or (running is not None and not running.idle)):
+                return False
+            self._stop_idle_locked()
+            self._idle = job
+            self._by_id[req.request_id] = job
+            self._lock.notify_all()
+        return True
+
+    def _stop_idle_locked(self) -> None:
+        """Drop the waiting idle job and stop the running one: a request comes first."""
+        if self._idle is not None:
+            self._by_id.pop(self._idle.req.request_id, None)
+            self._idle = None
+        job = self._running
+        if job is not None and job.idle and job.cancel_reason is None:
+            job.cancel_reason = "preempted"
+            if self._engine is not None:
+                try:
+                    self._engine.interrupt(job.req.request_id)
+                except Exception:
+                    log.debug("interrupt failed", exc_info=True)
 
     def cancel(self, request_id: str, reason: str = "cancelled") -> bool:
         """Cancel one request by id; False if it already finished."""
@@ -223,13 +260,19 @@ class Scheduler:
     def _loop(self) -> None:
         while True:
             with self._lock:
-                while not self._stop and not self._queue and self._loader is None:
+                while (not self._stop and not self._queue and self._idle is None
+                       and self._loader is None):
                     self._lock.wait()
                 if self._stop:
                     return
                 loader = self._loader
                 self._loader = None
-                job = None if loader else self._queue.popleft()
+                job = None
+                if loader is None:
+                    if self._queue:
+                        job = self._queue.popleft()
+                    else:
+                        job, self._idle = self._idle, None
                 if job is not None:
                     self._running = job
             if loader is not None:
@@ -302,12 +345,17 @@ class Scheduler:
         if engine is None or cancelled():
             with self._lock:
                 self._running = None
-                self._finish_locked(job, "", job.cancel_reason or "empty")
+                if job.idle:
+                    self._by_id.pop(job.req.request_id, None)
+                else:
+                    self._finish_locked(job, "", job.cancel_reason or "empty")
             return
         try:
             result = engine.complete(job.req, cancelled)
             text, rec = result.text, result.record
-            if job.cancel_reason is not None:
+            if job.idle:
+                pass  # the engine's own outcome: prefill or prefill_stopped
+            elif job.cancel_reason is not None:
                 text, rec.outcome = "", job.cancel_reason
             elif job.still_current is not None and not job.still_current():
                 text, rec.outcome = "", "superseded"
@@ -336,6 +384,7 @@ class Scheduler:
             for job in list(self._queue):
                 self._finish_locked(job, "", "cancelled")
             self._queue.clear()
+            self._idle = None
             self._lock.notify_all()
         self._thread.join(timeout)
         if self._engine is not None and not self._thread.is_alive():

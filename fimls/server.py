@@ -19,6 +19,7 @@ import os
 import re
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,9 @@ from fimls.scheduler import Scheduler
 log = logging.getLogger(__name__)
 
 _WORD_TAIL = re.compile(r"[A-Za-z0-9_]*$")
+# Idle prefill starts after this long with no request: an editor that asks at every
+# keystroke asks well within it, so the prefill never races its request.
+IDLE_PREFILL_DELAY_S = 0.3
 ACCEPT_COMMAND = "fimls.acceptCompletion"
 STATUS_REQUEST = "fimls/status"
 DOCUMENT_STATE_REQUEST = "fimls/documentState"
@@ -98,6 +102,7 @@ class FimlsServer(LanguageServer):
         self._progress_begun: str | None = None
         self._progress_seq = 0
         self._initialized = False
+        self._prefill_timer: asyncio.TimerHandle | None = None
         self.exit_code = 0
         self.scheduler.on_state_change(self._on_engine_state)
         self.scheduler.on_warning(self._on_engine_warning)
@@ -236,6 +241,7 @@ class FimlsServer(LanguageServer):
         """didOpen."""
         td = params.text_document
         self.docs.open(td.uri, td.language_id, td.version, td.text)
+        self._plan_prefill(td.uri, None)
 
     def on_change(self, params: types.DidChangeTextDocumentParams) -> None:
         """didChange: apply edits; whatever was computing for the old text is stale now."""
@@ -252,6 +258,41 @@ class FimlsServer(LanguageServer):
         if doc is None:
             log.debug("didChange for a document that is not open: %s", uri)
         self.scheduler.cancel_uri(uri, "superseded")
+        if doc is not None and changes:
+            text, rng = changes[-1]
+            # The cursor is most likely just after the last edit (the text before its start
+            # did not change, so the start's offset is the same in the new text).
+            cursor = None if rng is None else doc.offset_at(rng[0], self.encoding) + len(text)
+            self._plan_prefill(uri, cursor)
+
+    def _plan_prefill(self, uri: str, cursor: int | None) -> None:
+        """After a short pause with no request, evaluate what the next request will need:
+        the prompt at ``cursor``, or the file's opening when the cursor is unknown."""
+        if self._prefill_timer is not None:
+            self._prefill_timer.cancel()
+            self._prefill_timer = None
+        if not self.options.completion.idle_prefill or self._loop is None:
+            return
+        self._prefill_timer = self._loop.call_later(IDLE_PREFILL_DELAY_S, self._start_prefill,
+                                                    uri, cursor)
+
+    def _start_prefill(self, uri: str, cursor: int | None) -> None:
+        self._prefill_timer = None
+        doc = self.docs.get(uri)
+        if doc is None:
+            return
+        if cursor is None:
+            repo, rel = workspace_relative_path(doc.uri, self.roots)
+            cap = self.options.model.n_ctx * 8 + 4096
+            req = CompletionRequest(uri=uri, version=doc.version, prefix=doc.text[:cap],
+                                    suffix="", repo_name=repo, rel_path=rel,
+                                    max_tokens=self.options.completion.max_tokens,
+                                    prefill="open")
+        else:
+            req = replace(self.make_request(doc, doc.position_at(cursor, self.encoding)),
+                          prefill="cursor")
+        if self.scheduler.prefill(req):
+            log.debug("idle prefill (%s) of %s queued", req.prefill, uri)
 
     def on_close(self, params: types.DidCloseTextDocumentParams) -> None:
         """didClose."""
@@ -298,6 +339,9 @@ class FimlsServer(LanguageServer):
                                             self.encoding), self.encoding)
         req = self.make_request(doc, pos)
         version = doc.version
+        if self._prefill_timer is not None:
+            self._prefill_timer.cancel()  # a request is here: no idle work for now
+            self._prefill_timer = None
 
         def still_current() -> bool:
             d = self.docs.get(uri)

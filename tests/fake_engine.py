@@ -55,9 +55,12 @@ class FakeEngine:
                             model=self.model_name, queue_ms=(t0 - req.created) * 1000.0)
         while time.monotonic() - t0 < self.delay:
             if cancelled():
-                rec.outcome = "cancelled"
+                rec.outcome = "prefill_stopped" if req.prefill else "cancelled"
                 return self._result("", rec, t0)
             time.sleep(POLL_S)
+        if req.prefill:
+            rec.outcome = "prefill"
+            return self._result("", rec, t0)
         if self.crash_on_complete:
             self.crash("killed by signal 9 (SIGKILL)")
             raise EngineError("engine worker killed by signal 9 (SIGKILL)")

@@ -37,11 +37,13 @@ def snapshot(opts: Options) -> dict[str, Any]:
 def test_defaults() -> None:
     o = Options()
     assert snapshot(o) == {
-        "model": None, "nCtx": 4096, "nBatch": 512, "threads": None, "nGpuLayers": 0,
+        "model": None, "nCtx": 4096, "nBatch": 512, "promptTokens": 0, "threads": None,
+        "nGpuLayers": 0,
         "fimOrder": "auto", "isolation": "process", "loadTimeoutS": 300,
         "cancelGraceMs": 5000, "maxTokens": 64, "maxLines": 8, "maxTimeMs": 0,
         "speculative": "auto",
-        "draftModel": None, "draftMax": 8, "ngramMax": 3, "reuseSuffix": True,
+        "draftModel": None, "draftMax": 8, "ngramMax": 3, "idlePrefill": True,
+        "reuseSuffix": True,
         "latencyLog": None, "logLevel": "INFO",
     }
 

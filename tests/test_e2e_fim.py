@@ -12,13 +12,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from importlib.resources import files
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -215,3 +218,57 @@ def test_a_keystroke_keeps_the_suffix_cache(engine: Engine, reuse: bool) -> None
                    for r in recs), recs
     else:
         assert not moved and len(recomputed) >= 3, recs
+
+
+async def _wait_for(log: Path, pred: Callable[[list[dict[str, Any]]], bool],
+                    timeout: float = 120.0) -> list[dict[str, Any]]:
+    """The latency log's records once ``pred`` holds for them."""
+    deadline = time.monotonic() + timeout
+    while True:
+        recs = read_log(log)
+        if pred(recs):
+            return recs
+        assert time.monotonic() < deadline, recs
+        await asyncio.sleep(0.1)
+
+
+async def test_idle_prefill_reads_the_file_before_the_first_request(engine: Engine,
+                                                                     tmp_path: Path) -> None:
+    log = tmp_path / "lat.jsonl"
+    text = files("fimls").joinpath("examples/primes.py").read_text()
+    cursor = text.index("range(2, limit):") + len("range(2, limit):")
+    prefix = text[:cursor]
+
+    def prefills(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [r for r in recs if r.get("outcome") == "prefill"]
+
+    async with session(args=["--model", QWEN.name, "--latency-log", str(log),
+                             "--max-tokens", "16"]) as (c, _):
+        uri = (tmp_path / "primes.py").as_uri()
+        open_doc(c, uri, text)  # the user reads: no request yet
+        await _wait_for(log, lambda recs: len(prefills(recs)) == 1)
+        line, col = end_position(prefix)
+        first = await inline(c, uri, line, col)
+        assert first is not None and len(first.items) == 1
+        # An edit, then a pause: the prompt at the edit is evaluated before it is asked for.
+        typed = "\n        total = 0"
+        insert(c, uri, 2, line, col, typed)
+        await _wait_for(log, lambda recs: len(prefills(recs)) == 2)
+        second = await inline(c, uri, line + 1, len(typed) - 1)
+        assert second is not None
+    recs = read_log(log)
+    opened, edited = prefills(recs)
+    asks = [r for r in recs if r["outcome"] in ("returned", "empty")]
+    assert len(asks) == 2
+    # The first request found the file's text up to the cursor already evaluated.
+    prefix_tokens = len(engine.vocab.tokenize(prefix))
+    assert opened["evaluated_tokens"] >= prefix_tokens
+    assert asks[0]["reused_tokens"] >= prefix_tokens - 2, asks[0]
+    assert asks[0]["evaluated_tokens"] < asks[0]["prompt_tokens"] - prefix_tokens + 40
+    # After the edit's prefill the whole prompt was cached, up to its first token.
+    assert edited["evaluated_tokens"] > 0
+    assert asks[1]["reused_tokens"] == asks[1]["prompt_tokens"], asks[1]
+    # Idle work is not a request: `fimls stats` counts it apart.
+    from fimls.latency import summarize
+    s = summarize(recs)
+    assert s["requests"] == 2 and s["idle_prefill"]["runs"] == 2

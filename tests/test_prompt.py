@@ -20,6 +20,7 @@ from fimls.prompt import (
     PromptInput,
     build_prompt,
     detect_template,
+    opening_prompt,
     prefix_window,
     suffix_window,
 )
@@ -393,6 +394,37 @@ def test_typing_keeps_fim_prompt_stable(models: Models,
         assert before_cursor > 500
         assert common_prefix_len(prev.tokens, cur.tokens) >= before_cursor - 3, repr(ch)
         prev = cur
+
+
+@pytest.mark.parametrize("family", ["qwen2.5-coder", "plain"])
+def test_the_opening_prompt_is_what_requests_near_the_top_start_with(
+        models: Models, family: str) -> None:
+    """Idle prefill after didOpen evaluates the opening prompt; every request whose cursor
+    is in the file's first windowful then finds its prompt's start in the cache."""
+    vocab = vocab_of(models, family)
+    t = detect_template(vocab)
+    text = long_code(400, "o")
+    budget = 1500
+
+    def inp(prefix: str, suffix: str = "") -> PromptInput:
+        return PromptInput(prefix=prefix, suffix=suffix, repo_name="r", rel_path="a.py")
+
+    opening = opening_prompt(t, vocab, inp(text), budget)
+    assert len(opening) <= budget
+    from_top = 0
+    for cursor in range(100, 6000, 300):
+        p = build_prompt(t, vocab, inp(text[:cursor], text[cursor:]), budget)
+        if p.prefix_window != text[:cursor]:
+            continue  # the window starts lower down: another prompt
+        from_top += 1
+        head_and_text = p.tokens.index(t.suf) if t.kind == "fim" else len(p.tokens)
+        # All of the prompt up to the cursor's (healed) last token or two is there.
+        assert common_prefix_len(opening, p.tokens) >= head_and_text - 3, cursor
+    assert from_top >= 3
+    # A cursor far down the file has a window that starts lower: nothing to share then
+    # but the header.
+    far = build_prompt(t, vocab, inp(text * 4, ""), budget)
+    assert common_prefix_len(opening, far.tokens) < 20
 
 
 # --- token healing ----------------------------------------------------------------------

@@ -311,3 +311,59 @@ def test_shutdown_answers_what_is_queued(log_path: Path) -> None:
     assert result(queued, 1.0).outcome == "cancelled"
     assert result(running).outcome in ("cancelled", "returned")
     assert engine.closed
+
+
+# --- idle prefill -----------------------------------------------------------------------
+
+
+def idle(uri: str = "file:///a.py") -> CompletionRequest:
+    """An idle prefill job for ``uri``'s opening."""
+    return CompletionRequest(uri=uri, version=1, prefix="def add(a, b):\n", suffix="",
+                             prefill="open")
+
+
+def test_a_request_stops_idle_prefill_at_once(sched: Scheduler, log_path: Path) -> None:
+    engine = ready(sched, FakeEngine(delay=0.5))
+    job = idle()
+    assert sched.prefill(job)
+    wait_until(lambda: bool(engine.calls))
+    t0 = time.monotonic()
+    res = result(sched.submit(req()))
+    # The request waited for the idle job to stop, not for it to finish, then ran.
+    assert res.text == "return a + b"
+    assert time.monotonic() - t0 < 0.5 + 0.45
+    assert engine.interrupted == [job.request_id]
+    assert [c.prefill for c in engine.calls] == ["open", ""]
+    wait_until(lambda: len(records(log_path)) == 2)
+    outcomes = [r["outcome"] for r in records(log_path)]
+    assert outcomes == ["prefill_stopped", "returned"]
+
+
+def test_idle_prefill_waits_for_requests_and_yields_to_newer(sched: Scheduler,
+                                                             log_path: Path) -> None:
+    engine = ready(sched, FakeEngine(delay=0.2))
+    fut = sched.submit(req())
+    wait_until(lambda: bool(engine.calls))
+    assert not sched.prefill(idle())  # a request is running: no idle work now
+    result(fut)
+    first, second = idle("file:///a.py"), idle("file:///b.py")
+    engine.delay = 0.3
+    assert sched.prefill(first)
+    assert sched.prefill(second)  # replaces (or stops) the first
+    wait_until(lambda: any(c.uri == "file:///b.py" for c in engine.calls))
+    wait_until(lambda: any(r.get("outcome") == "prefill" for r in records(log_path)))
+    done = [r for r in records(log_path) if r.get("outcome") == "prefill"]
+    assert [r["uri"] for r in done] == ["file:///b.py"]
+
+
+def test_idle_prefill_is_not_counted_as_a_request(sched: Scheduler, log_path: Path) -> None:
+    from fimls.latency import read_records, summarize
+
+    ready(sched, FakeEngine(delay=0.0))
+    assert sched.prefill(idle())
+    wait_until(lambda: len(records(log_path)) == 1)
+    result(sched.submit(req()))
+    wait_until(lambda: len(records(log_path)) == 2)
+    s = summarize(read_records(log_path))
+    assert s["requests"] == 1 and s["outcomes"] == {"returned": 1}
+    assert s["idle_prefill"]["runs"] == 1 and s["idle_prefill"]["stopped"] == 0

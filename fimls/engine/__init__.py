@@ -49,6 +49,7 @@ def engine_config(options: Options) -> EngineConfig:
         draft = paired_draft(m.model)
     return EngineConfig(
         model_path=resolve_model(m.model), n_ctx=m.n_ctx, n_batch=m.n_batch,
+        prompt_tokens=m.prompt_tokens,
         threads=m.threads, n_gpu_layers=m.n_gpu_layers, fim_order=m.fim_order,
         draft_model=resolve_model(draft) if draft else None,
         draft_max=c.draft_max, ngram_max=c.ngram_max,

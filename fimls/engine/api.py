@@ -39,6 +39,9 @@ class CompletionRequest:
     speculative: str = CompletionOptions.speculative
     reuse_suffix: bool = CompletionOptions.reuse_suffix
     neighbors: list[str] = field(default_factory=list)  # text of other open buffers
+    # Idle prefill, no suggestion: "open" evaluates the opening of the document in
+    # ``prefix`` (the cursor is unknown), "cursor" the prompt at this cursor.
+    prefill: str = ""
     request_id: str = field(default_factory=lambda: f"r{next(_ids)}")
     created: float = field(default_factory=time.monotonic)
 
@@ -81,6 +84,7 @@ class EngineConfig:
     model_path: Path
     n_ctx: int = ModelOptions.n_ctx
     n_batch: int = ModelOptions.n_batch
+    prompt_tokens: int = ModelOptions.prompt_tokens
     threads: int | None = ModelOptions.threads
     n_gpu_layers: int = ModelOptions.n_gpu_layers
     fim_order: str = ModelOptions.fim_order

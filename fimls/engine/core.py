@@ -38,7 +38,15 @@ from fimls.latency import LatencyRecord
 from fimls.memo import SuggestionMemo
 from fimls.models import catalogue_name
 from fimls.postprocess import CursorContext, StopPolicy, cut_to_budget, finalize
-from fimls.prompt import FimTemplate, Prompt, PromptInput, build_prompt, detect_template
+from fimls.prompt import (
+    FimTemplate,
+    Prompt,
+    PromptInput,
+    build_prompt,
+    detect_template,
+    opening_prompt,
+)
+from fimls.sizing import PromptSizer, prior_rate
 
 __all__ = ["Cancelled", "Engine", "EngineConfig"]
 
@@ -50,6 +58,9 @@ MIN_MEMO_SUGGESTION = 8  # replayed tokens that make a follow-up suggestion wort
 # before the cursor: they say most about what the gap holds, and kept from the cache they
 # would still describe the old gap. Only the rest of the suffix is moved.
 SUFFIX_FRESH_TOKENS = 16
+# Idle prefill evaluates this many tokens per batch: a real request aborts the batch in
+# flight, so smaller batches waste less; much smaller ones prefill slower.
+IDLE_PREFILL_CHUNK = 128
 MAX_PATH_REMAINDER = 32  # bytes of typed text that may be forced after the cached path
 
 
@@ -114,6 +125,10 @@ class Engine:
         # Only a PSM FIM prompt has its suffix after the text that changes.
         self._can_shift = (self.template.kind == "fim" and self.template.order == "psm"
                            and self.model.can_shift())
+        self.sizer = PromptSizer(
+            prior_rate(cfg.model_path.stat().st_size, self.model.threads,
+                       gpu=cfg.n_gpu_layers != 0),
+            fixed=cfg.prompt_tokens)
         self._unbuilt_sources: CompletionRequest | None = None
         self._buffer_tokens: dict[str, list[int]] = {}
         self.draft_model: Any = None
@@ -278,8 +293,14 @@ class Engine:
     # -- prompt -------------------------------------------------------------------------
 
     def prompt_budget(self, max_tokens: int) -> int:
-        """Tokens the prompt may use so that prompt plus output fit the context."""
-        return max(8, self.model.n_ctx - max_tokens - 8)
+        """Tokens the prompt may use: sized by time (see fimls.sizing), and so that prompt
+        plus output fit the context."""
+        return self.sizer.budget(self.model.n_ctx - max_tokens - 8)
+
+    def _observe_prefill(self, tokens: int, seconds: float) -> None:
+        if self.sizer.observe(tokens, seconds):
+            log.info("prefill runs at %.0f tokens/s here: prompts are now %d tokens",
+                     self.sizer.rate, self.sizer.tokens)
 
     def build(self, req: CompletionRequest) -> Prompt:
         """The canonical prompt for a request."""
@@ -356,8 +377,11 @@ class Engine:
         self.model.park(old_at + fresh, old_at + length)
         self._fresh_from = min(self._fresh_from, common)
         todo = tokens[common:new_at + fresh]
+        t0 = time.perf_counter()
         try:
             done = self.model.prefill(todo, common, logits_last=False)
+            if done == len(todo):
+                self._observe_prefill(done, time.perf_counter() - t0)
         except BaseException:
             self.model.drop_parked()
             self._truncate(common)
@@ -384,13 +408,15 @@ class Engine:
             del self.kv[n:]
             del self.nxt[n:]
 
-    def _evaluate(self, seq: list[int], common: int) -> None:
-        """Make the cache hold exactly ``seq`` with logits at its last position."""
+    def _evaluate(self, seq: list[int], common: int, chunk: int | None = None) -> None:
+        """Make the cache hold exactly ``seq`` with logits at its last position (in
+        batches of ``chunk`` tokens, each kept as it is done)."""
         n = len(seq)
         start = min(common, n - 1)
         self._truncate(start)
         t0 = time.perf_counter()
-        done = self.model.prefill(seq[start:], start)
+        done = self.model.prefill(seq[start:], start, chunk=chunk)
+        dt = time.perf_counter() - t0
         self.kv.extend(seq[start:start + done])
         self.nxt.extend([None] * done)
         self._evaluated += done
@@ -398,7 +424,9 @@ class Engine:
             raise Cancelled
         self.nxt[n - 1] = int(np.argmax(self.model.logits(-1)))
         if done == 1:
-            self.policy.observe(0, time.perf_counter() - t0)
+            self.policy.observe(0, dt)
+        else:
+            self._observe_prefill(done, dt)
 
     def _verify(self, seq: list[int], draft: list[int]) -> int:
         """Evaluate ``[seq[-1]] + draft`` in one batch; keep the agreeing prefix.
@@ -434,7 +462,11 @@ class Engine:
                             queue_ms=(t_start - req.created) * 1000.0)
         self.model.set_abort(cancelled)
         try:
-            text = self._run(req, rec, cancelled)
+            if req.prefill:
+                self._prefill_idle(req, rec, cancelled)
+                text = ""
+            else:
+                text = self._run(req, rec, cancelled)
         except Cancelled:
             rec.outcome = "cancelled"
             text = ""
@@ -443,9 +475,58 @@ class Engine:
         t_end = time.monotonic()
         rec.total_ms = (t_end - req.created) * 1000.0
         rec.model_ms = (t_end - t_start) * 1000.0
-        if rec.outcome != "cancelled":
+        if req.prefill:
+            rec.outcome = "prefill" if rec.outcome != "cancelled" else "prefill_stopped"
+        elif rec.outcome != "cancelled":
             rec.outcome = "returned" if text else "empty"
         return CompletionResult(text=text, record=rec)
+
+    def _prefill_idle(self, req: CompletionRequest, rec: LatencyRecord,
+                      cancelled: Callable[[], bool]) -> None:
+        """Evaluate, while the user is idle, the prompt the next request most likely needs.
+
+        ``open``: the file's opening (the cursor is not known yet); ``cursor``: the whole
+        prompt at the cursor. Small batches, each kept as soon as it is done: a real request
+        stops this at once (mid-batch, through the abort callback) and loses only the batch
+        in flight, and reuses whatever was evaluated before it.
+        """
+        if req.prefill == "cursor":
+            st = self._start(req, rec, cancelled)
+            if st is None:
+                return
+            tokens, common = st.seq, st.common
+        else:
+            inp = PromptInput(prefix=req.prefix, suffix="", repo_name=req.repo_name,
+                              rel_path=req.rel_path)
+            tokens = opening_prompt(self.template, self.vocab, inp,
+                                    self.prompt_budget(req.max_tokens))
+            common = _lcp(tokens, self.kv)
+            rec.prompt_tokens = len(tokens)
+            rec.reused_tokens = common
+            self._evaluated = 0
+        if common >= len(tokens):
+            return
+        if req.prefill == "cursor":
+            # Also the greedy choice after the prompt: the request then starts decoding.
+            t0 = time.perf_counter()
+            try:
+                self._evaluate(tokens, common, chunk=IDLE_PREFILL_CHUNK)
+            finally:
+                rec.evaluated_tokens = self._evaluated
+                rec.prompt_ms = (time.perf_counter() - t0) * 1000.0
+            return
+        self._truncate(common)
+        t0 = time.perf_counter()
+        done = self.model.prefill(tokens[common:], common, logits_last=False,
+                                  chunk=IDLE_PREFILL_CHUNK)
+        dt = time.perf_counter() - t0
+        self.kv.extend(tokens[common:common + done])
+        self.nxt.extend([None] * done)
+        rec.evaluated_tokens = done
+        rec.prompt_ms = dt * 1000.0
+        if done < len(tokens) - common:
+            raise Cancelled
+        self._observe_prefill(done, dt)
 
     def _setup_drafters(self, req: CompletionRequest, prompt_tokens: list[int]) -> bool:
         """Prepare the lookup sources for this request; False when nothing may be drafted.

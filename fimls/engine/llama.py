@@ -237,6 +237,7 @@ class LlamaModel:
         if vocab_only:
             return
         nthreads = threads or max(1, min(8, os.cpu_count() or 1))
+        self.threads = nthreads
         cp = L.llama_context_default_params()
         cp.n_ctx = n_ctx
         cp.n_batch = n_batch
@@ -302,29 +303,31 @@ class LlamaModel:
         return True
 
     def prefill(self, tokens: Sequence[int], start_pos: int, *,
-                logits_last: bool = True) -> int:
+                logits_last: bool = True, chunk: int | None = None) -> int:
         """Evaluate ``tokens`` from ``start_pos`` in ``n_batch`` chunks, logits only at the
         last position (when ``logits_last``). The one chunked-prefill path of the engine,
         the draft model and the tests.
 
-        Returns how many tokens were evaluated: fewer than ``len(tokens)`` when the abort
-        predicate stopped it (checked before every chunk, and by llama.cpp within one); the
-        cache then holds exactly the positions before ``start_pos`` plus that count.
+        ``chunk`` (at most n_batch) makes the batches smaller: an abort mid-batch loses the
+        whole batch. Returns how many tokens were evaluated: fewer than ``len(tokens)``
+        when the abort predicate stopped it (checked before every chunk, and by llama.cpp
+        within one); the cache then holds exactly the positions before ``start_pos`` plus
+        that count.
         """
-        nb = self.n_batch
+        nb = min(chunk or self.n_batch, self.n_batch)
         done = 0
         n = len(tokens)
         while done < n:
             flag = self._abort_flag
             if flag is not None and flag():
                 break
-            chunk = tokens[done:done + nb]
-            last = done + len(chunk) == n
-            if not self.decode(chunk, start_pos + done,
-                               [len(chunk) - 1] if last and logits_last else []):
+            part = tokens[done:done + nb]
+            last = done + len(part) == n
+            if not self.decode(part, start_pos + done,
+                               [len(part) - 1] if last and logits_last else []):
                 self.kv_truncate(start_pos + done)
                 break
-            done += len(chunk)
+            done += len(part)
         return done
 
     def kv_len(self) -> int:

@@ -91,6 +91,7 @@ class BenchResult:
     setup: dict[str, Any] = field(default_factory=dict)
     summary: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     keystroke: dict[str, Any] = field(default_factory=dict)
+    editor: dict[str, Any] = field(default_factory=dict)
 
 
 def _stats(values: Sequence[float]) -> dict[str, float]:

@@ -1,0 +1,227 @@
+"""``fimls bench --peer``: fimls and llama.cpp's llama-server, side by side, in one run.
+
+Both are driven the way an editor drives them, on the same tasks and the same model file:
+
+* fimls: ``fimls serve`` over stdio; per task the document is opened (optionally the user
+  then reads for ``open_wait`` seconds), a suggestion is asked at the cursor, then K
+  characters of the real text are typed one at a time, asking after each;
+* the peer: ``llama-server`` (the path given), asked the way llama.vim asks: ``/infill``
+  (``/completion`` on the prefix for a model without FIM tokens)
+  with the 256 lines before the cursor line and the 64 after (at most 6000 and 2000
+  characters), ``cache_prompt``, greedy, one line (``stop: ["\\n"]``); the same K typed
+  characters. The server runs with ``-c 4096 -np 1`` and the extra arguments given
+  (``--cache-reuse 256 -b 1024 -ub 1024`` by default, as llama.vim's docs suggest).
+
+Both report the same numbers: first request p50/p95, per keystroke p50/p95, first-line
+match, character-prefix ratio and empty answers, and fimls's ratios to the peer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shlex
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from fimls.latency import percentile
+from fimls.tools.harness import (
+    Task,
+    inline,
+    insert,
+    open_doc,
+    start_client,
+    utf16_len,
+    utf16_position,
+)
+
+DEFAULT_PEER_ARGS = "--cache-reuse 256 -b 1024 -ub 1024"
+PEER_PREFIX_LINES, PEER_SUFFIX_LINES = 256, 64
+PEER_PREFIX_CHARS, PEER_SUFFIX_CHARS = 6000, 2000
+
+
+def _row(task: Task, latencies: list[float], first_text: str) -> dict[str, Any]:
+    exp_line = task.target.split("\n", 1)[0]
+    common = 0
+    for a, b in zip(first_text, task.target, strict=False):
+        if a != b:
+            break
+        common += 1
+    return {"task_id": task.task_id, "latency_ms": latencies, "completion": first_text,
+            "line_exact": bool(exp_line.strip())
+            and first_text.split("\n", 1)[0].rstrip() == exp_line.rstrip(),
+            "prefix_chars": common, "target_chars": len(task.target)}
+
+
+def summarize_editor(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """First-request and per-keystroke latency (p50, p95) and first-suggestion quality."""
+    first = [r["latency_ms"][0] for r in rows]
+    later = [x for r in rows for x in r["latency_ms"][1:]]
+    return {"n": len(rows),
+            "first_p50_ms": percentile(first, 50), "first_p95_ms": percentile(first, 95),
+            "typing_p50_ms": percentile(later, 50) if later else float("nan"),
+            "typing_p95_ms": percentile(later, 95) if later else float("nan"),
+            "line_exact": sum(r["line_exact"] for r in rows) / max(1, len(rows)),
+            "char_prefix_ratio": sum(r["prefix_chars"] for r in rows)
+            / max(1, sum(r["target_chars"] for r in rows)),
+            "empty": sum(1 for r in rows if not r["completion"]) / max(1, len(rows))}
+
+
+async def _fimls_session(cmd: list[str], tasks: Sequence[Task], typing: int, open_wait: float,
+                         progress: Callable[[str], None] | None) -> list[dict[str, Any]]:
+    from lsprotocol import types
+
+    client = await start_client(cmd, "fimls-bench-editor")
+    rows = []
+    for ti, task in enumerate(tasks):
+        uri = f"file:///bench/editor/{ti}/main.py"
+        open_doc(client, uri, task.prefix + task.suffix)
+        if open_wait:
+            await asyncio.sleep(open_wait)
+        line, col = utf16_position(task.prefix)
+        lat: list[float] = []
+        first = ""
+        for k in range(typing + 1):
+            t0 = time.perf_counter()
+            res = await inline(client, uri, line, col)
+            lat.append((time.perf_counter() - t0) * 1000.0)
+            items = (res.items if isinstance(res, types.InlineCompletionList)
+                     else list(res or []))
+            text = items[0].insert_text if items else ""
+            if k == 0:
+                first = text if isinstance(text, str) else ""
+            if k == typing or k >= len(task.target):
+                break
+            ch = task.target[k]
+            insert(client, uri, k + 2, line, col, ch)
+            line, col = (line + 1, 0) if ch == "\n" else (line, col + utf16_len(ch))
+        rows.append(_row(task, lat, first))
+        client.text_document_did_close(types.DidCloseTextDocumentParams(
+            text_document=types.TextDocumentIdentifier(uri=uri)))
+        if progress:
+            progress("fimls")
+    await client.shutdown_async(None)
+    client.exit(None)
+    await client.stop()
+    return rows
+
+
+def run_fimls(serve_args: list[str], tasks: Sequence[Task], *, typing: int,
+              open_wait: float = 0.0, latency_log: Path | None = None,
+              progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+    """Drive one ``fimls serve`` (started with ``serve_args``) over the tasks, as an editor."""
+    import sys
+
+    cmd = [sys.executable, "-m", "fimls", "serve", *serve_args, "--log-level", "WARNING"]
+    if latency_log is not None:
+        latency_log.unlink(missing_ok=True)
+        cmd += ["--latency-log", str(latency_log)]
+    return asyncio.run(_fimls_session(cmd, tasks, typing, open_wait, progress))
+
+
+def _post(url: str, body: dict[str, Any], timeout: float = 600.0) -> dict[str, Any]:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        out: dict[str, Any] = json.loads(r.read())
+        return out
+
+
+def run_peer(server: Path, model: Path, tasks: Sequence[Task], *, typing: int,
+             max_tokens: int, threads: int, extra_args: str = DEFAULT_PEER_ARGS,
+             port: int = 18431, progress: Callable[[str], None] | None = None,
+             ) -> list[dict[str, Any]]:
+    """Start ``server`` (llama-server) on ``model`` and ask it as llama.vim would."""
+    cmd = [str(server), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
+           "-c", "4096", "-t", str(threads), "-np", "1", "--no-webui",
+           *shlex.split(extra_args)]
+    fd, err_name = tempfile.mkstemp(prefix="fimls-peer-", suffix=".log")
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=fd)
+    os.close(fd)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 600
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"llama-server exited ({proc.returncode}); see {err_name}")
+            try:
+                with urllib.request.urlopen(base + "/health", timeout=2) as r:
+                    if json.loads(r.read()).get("status") == "ok":
+                        break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"llama-server did not start; see {err_name}") from None
+                time.sleep(0.5)
+        rows = []
+        infill = True  # a model without FIM tokens is asked on its prefix, at /completion
+        for task in tasks:
+            lat: list[float] = []
+            first = ""
+            for k in range(typing + 1):
+                before = (task.prefix + task.target[:k]).split("\n")
+                pre = "\n".join(before[-(PEER_PREFIX_LINES + 1):])[-PEER_PREFIX_CHARS:]
+                suf = "\n".join(task.suffix.split("\n")[:PEER_SUFFIX_LINES])
+                body = {"input_prefix": pre, "input_suffix": suf[:PEER_SUFFIX_CHARS],
+                        "n_predict": max_tokens, "temperature": 0, "samplers": ["top_k"],
+                        "top_k": 1, "cache_prompt": True, "stop": ["\n"]}
+                if not infill:
+                    body = {**body, "prompt": pre}
+                    del body["input_prefix"], body["input_suffix"]
+                t0 = time.perf_counter()
+                try:
+                    r = _post(base + ("/infill" if infill else "/completion"), body)
+                except urllib.error.HTTPError:
+                    if not infill:
+                        raise
+                    infill = False
+                    body = {**body, "prompt": pre}
+                    del body["input_prefix"], body["input_suffix"]
+                    t0 = time.perf_counter()
+                    r = _post(base + "/completion", body)
+                lat.append((time.perf_counter() - t0) * 1000.0)
+                if k == 0:
+                    first = str(r.get("content", ""))
+                if k >= len(task.target):
+                    break
+            rows.append(_row(task, lat, first))
+            if progress:
+                progress("peer")
+        return rows
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def format_side_by_side(table: dict[str, dict[str, dict[str, Any]]]) -> str:
+    """One row per model and system; fimls's rows carry their ratio to the peer's."""
+    head = (f"{'model':<22} {'system':<22} {'first p50':>10} {'first p95':>10} "
+            f"{'key p50':>9} {'key p95':>9} {'line':>6} {'chars':>6} {'empty':>6}")
+    lines = [head, "-" * len(head)]
+    for model, systems in table.items():
+        peer = systems.get("llama-server")
+        for name, s in systems.items():
+            lines.append(
+                f"{model:<22} {name:<22} {s['first_p50_ms']:>8.0f}ms {s['first_p95_ms']:>8.0f}ms"
+                f" {s['typing_p50_ms']:>7.0f}ms {s['typing_p95_ms']:>7.0f}ms"
+                f" {s['line_exact']:>6.3f} {s['char_prefix_ratio']:>6.3f} {s['empty']:>6.2f}")
+            if peer is not None and name != "llama-server":
+                def ratio(key: str, s: dict[str, Any] = s,
+                          peer: dict[str, Any] = peer) -> str:
+                    p = peer.get(key) or float("nan")
+                    return f"{s[key] / p:.2f}x" if p == p and p else "-"
+                lines.append(f"{'':<22} {'  vs llama-server':<22} {ratio('first_p50_ms'):>10} "
+                             f"{ratio('first_p95_ms'):>10} {ratio('typing_p50_ms'):>9} "
+                             f"{ratio('typing_p95_ms'):>9} "
+                             f"{s['line_exact'] - peer['line_exact']:>+6.3f} "
+                             f"{s['char_prefix_ratio'] - peer['char_prefix_ratio']:>+6.3f}")
+    return "\n".join(lines)

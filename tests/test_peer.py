@@ -1,0 +1,35 @@
+"""The side-by-side report of ``fimls bench --peer`` (fimls.tools.peer), without servers."""
+
+from __future__ import annotations
+
+import math
+
+from fimls.tools.harness import Task
+from fimls.tools.peer import _row, format_side_by_side, summarize_editor
+
+
+def task(target: str) -> Task:
+    return Task("t", "def f(x):\n    ", "\n", target)
+
+
+def test_rows_score_the_first_suggestion_against_the_real_text() -> None:
+    right = _row(task("return x + 1\n"), [900.0, 10.0, 12.0], "return x + 1")
+    wrong = _row(task("return x + 1\n"), [1100.0, 300.0], "return x - 1")
+    empty = _row(task("return x\n"), [1000.0], "")
+    assert right["line_exact"] and not wrong["line_exact"] and not empty["line_exact"]
+    assert wrong["prefix_chars"] == len("return x ")
+    s = summarize_editor([right, wrong, empty])
+    assert s["n"] == 3 and s["first_p50_ms"] == 1000.0
+    assert s["typing_p50_ms"] == 12.0  # the typed-character requests only
+    assert math.isclose(s["line_exact"], 1 / 3) and math.isclose(s["empty"], 1 / 3)
+
+
+def test_the_table_gives_fimls_ratios_to_the_peer() -> None:
+    fimls = {"first_p50_ms": 500.0, "first_p95_ms": 900.0, "typing_p50_ms": 50.0,
+             "typing_p95_ms": 400.0, "line_exact": 0.5, "char_prefix_ratio": 0.6,
+             "empty": 0.0}
+    peer = {**fimls, "first_p50_ms": 1000.0, "typing_p50_ms": 200.0, "line_exact": 0.45}
+    text = format_side_by_side({"qwen2.5-coder-0.5b": {"fimls": fimls,
+                                                       "llama-server": peer}})
+    ratio_line = next(line for line in text.splitlines() if "vs llama-server" in line)
+    assert "0.50x" in ratio_line and "0.25x" in ratio_line and "+0.050" in ratio_line
