@@ -278,6 +278,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
               f"{args.editor_set or args.sets.split(',')[0]}: the first request, then "
               f"{args.typing} typed characters of the real text, asking after each):")
         print(format_side_by_side(result.editor["summary"]))
+        for label, systems in result.editor["summary"].items():
+            for row in systems.values():
+                idle = row.get("idle_prefill")
+                if idle:
+                    print(f"idle prefill after opening, {label}: {idle['runs']} runs, "
+                          f"p50 {idle['tokens_p50']:.0f} tokens in {idle['ms_p50']:.0f} ms "
+                          f"({idle['tokens_per_s']:.0f} tokens/s), {idle['stopped']} stopped "
+                          "by the request")
     data = {"setup": result.setup, "summary": result.summary,
             "editor": result.editor or None,
             "keystroke": result.keystroke.get("summary") if result.keystroke else None,
@@ -318,6 +326,9 @@ def _editor_bench(args: argparse.Namespace, opts: Options, models: list[str | No
                 extra_args=args.peer_args, progress=step)
         summary[label] = {k: peer.summarize_editor(v) for k, v in runs.items()}
         rows[label] = runs
+        if args.open_wait:
+            idle = peer.idle_prefill_stats(out / f"editor-{label}-opened.jsonl")
+            summary[label][f"fimls, opened {args.open_wait:g}s before"]["idle_prefill"] = idle
     return {"summary": summary, "rows": rows}
 
 

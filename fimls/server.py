@@ -18,6 +18,7 @@ import logging
 import os
 import re
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -355,6 +356,12 @@ class FimlsServer(LanguageServer):
             raise
         if not result.text or not still_current():
             return None
+        if self.options.completion.idle_prefill:
+            # While the user reads the suggestion, compute the one after accepting it
+            # (llama.vim does the same): Tab, Tab is then instant. Any request stops it.
+            self.scheduler.prefill(replace(
+                req, prefix=req.prefix + result.text, prefill="next",
+                request_id=f"{req.request_id}-next", created=time.monotonic()))
         return result.text, doc, pos, req.request_id
 
     def outcome(self, event: str, params: Any) -> None:

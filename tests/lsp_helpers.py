@@ -89,11 +89,14 @@ def humaneval(kind: str = "Single", n: int = 40, stride: int = 1) -> list[dict[s
     return [asdict(t) for t in tasks]
 
 
-def read_log(path: Path) -> list[dict[str, Any]]:
-    """Records of a latency log."""
+def read_log(path: Path, *, idle: bool = False) -> list[dict[str, Any]]:
+    """Records of a latency log: the requests' (and with ``idle``, also idle prefill's)."""
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    recs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    if idle:
+        return recs
+    return [r for r in recs if not str(r.get("outcome", "")).startswith("prefill")]
 
 
 async def ask_then_cancel(client: LanguageClient, uri: str, line: int, character: int, *,

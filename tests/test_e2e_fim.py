@@ -225,7 +225,7 @@ async def _wait_for(log: Path, pred: Callable[[list[dict[str, Any]]], bool],
     """The latency log's records once ``pred`` holds for them."""
     deadline = time.monotonic() + timeout
     while True:
-        recs = read_log(log)
+        recs = read_log(log, idle=True)
         if pred(recs):
             return recs
         assert time.monotonic() < deadline, recs
@@ -240,7 +240,9 @@ async def test_idle_prefill_reads_the_file_before_the_first_request(engine: Engi
     prefix = text[:cursor]
 
     def prefills(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [r for r in recs if r.get("outcome") == "prefill"]
+        # (Not the prefetch of the suggestion after the shown one: another test's.)
+        return [r for r in recs if r.get("outcome") == "prefill"
+                and not r["request_id"].endswith("-next")]
 
     async with session(args=["--model", QWEN.name, "--latency-log", str(log),
                              "--max-tokens", "16"]) as (c, _):
@@ -256,8 +258,8 @@ async def test_idle_prefill_reads_the_file_before_the_first_request(engine: Engi
         await _wait_for(log, lambda recs: len(prefills(recs)) == 2)
         second = await inline(c, uri, line + 1, len(typed) - 1)
         assert second is not None
-    recs = read_log(log)
-    opened, edited = prefills(recs)
+    recs = read_log(log, idle=True)
+    opened, edited = prefills(recs)[:2]
     asks = [r for r in recs if r["outcome"] in ("returned", "empty")]
     assert len(asks) == 2
     # The first request found the file's text up to the cursor already evaluated.
@@ -271,4 +273,30 @@ async def test_idle_prefill_reads_the_file_before_the_first_request(engine: Engi
     # Idle work is not a request: `fimls stats` counts it apart.
     from fimls.latency import summarize
     s = summarize(recs)
-    assert s["requests"] == 2 and s["idle_prefill"]["runs"] == 2
+    idle = [r for r in recs if r["outcome"].startswith("prefill")]
+    assert s["requests"] == 2 and s["idle_prefill"]["runs"] == len(idle) >= 2
+
+
+async def test_accepting_a_suggestion_finds_the_next_one_ready(tmp_path: Path) -> None:
+    log = tmp_path / "lat.jsonl"
+    text = files("fimls").joinpath("examples/primes.py").read_text()
+    cursor = text.index("range(2, limit):") + len("range(2, limit):")
+    async with session(args=["--model", QWEN.name, "--latency-log", str(log),
+                             "--max-tokens", "24"]) as (c, _):
+        uri = (tmp_path / "primes.py").as_uri()
+        open_doc(c, uri, text)
+        line, col = end_position(text[:cursor])
+        res = await inline(c, uri, line, col)
+        assert res is not None and len(res.items) == 1
+        shown = str(res.items[0].insert_text)
+        # While the user reads it, the suggestion after it is computed (prefetch)...
+        await _wait_for(log, lambda recs: any(r.get("request_id", "").endswith("-next")
+                                              and r["outcome"] == "prefill" for r in recs))
+        # ...so accepting it (Tab) and asking again needs no model work.
+        insert(c, uri, 2, line, col, shown)
+        line, col = end_position(text[:cursor] + shown)
+        after = await inline(c, uri, line, col)
+    recs = read_log(log)
+    assert len(recs) == 2, recs
+    assert recs[1]["stop"] == "memo" and recs[1]["evaluated_tokens"] == 0, recs[1]
+    assert after is not None and len(after.items) == 1 and str(after.items[0].insert_text)

@@ -50,3 +50,18 @@ def test_an_empty_suggestion_or_forget_clears_the_document() -> None:
     memo = _memo()
     memo.forget("u")
     assert memo.recall("u", PREFIX + "i", 0, SUFFIX) is None
+
+
+def test_a_prefetched_suggestion_is_kept_beside_the_shown_one() -> None:
+    memo = SuggestionMemo()
+    memo.remember("u", PREFIX, 0, SUFFIX, SHOWN)
+    nxt = "    return out\n"
+    memo.remember("u", PREFIX + SHOWN, 0, SUFFIX, nxt, keep=True)
+    # Typing the shown suggestion still answers from it...
+    assert memo.recall("u", PREFIX + SHOWN[:2], 0, SUFFIX) == SHOWN[2:]
+    # ...and once it is all accepted, the prefetched one is the answer, then its rest.
+    assert memo.recall("u", PREFIX + SHOWN, 0, SUFFIX) == nxt
+    assert memo.recall("u", PREFIX + SHOWN + nxt[:6], 0, SUFFIX) == nxt[6:]
+    # A new shown suggestion replaces both.
+    memo.remember("u", PREFIX, 0, SUFFIX, "pass\n")
+    assert memo.recall("u", PREFIX + SHOWN, 0, SUFFIX) is None

@@ -39,8 +39,9 @@ class CompletionRequest:
     speculative: str = CompletionOptions.speculative
     reuse_suffix: bool = CompletionOptions.reuse_suffix
     neighbors: list[str] = field(default_factory=list)  # text of other open buffers
-    # Idle prefill, no suggestion: "open" evaluates the opening of the document in
-    # ``prefix`` (the cursor is unknown), "cursor" the prompt at this cursor.
+    # Idle work, no answer: "open" evaluates the opening of the document in ``prefix``
+    # (the cursor is unknown), "cursor" the prompt at this cursor, "next" also generates
+    # the suggestion here and remembers it (the prefix ends with the one shown: prefetch).
     prefill: str = ""
     request_id: str = field(default_factory=lambda: f"r{next(_ids)}")
     created: float = field(default_factory=time.monotonic)

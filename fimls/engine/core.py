@@ -462,7 +462,12 @@ class Engine:
                             queue_ms=(t_start - req.created) * 1000.0)
         self.model.set_abort(cancelled)
         try:
-            if req.prefill:
+            if req.prefill == "next":
+                # The suggestion after accepting the shown one: generated, remembered
+                # (FIM: in the memo; continuation: along the KV path), not returned.
+                self._run(req, rec, cancelled)
+                text = ""
+            elif req.prefill:
                 self._prefill_idle(req, rec, cancelled)
                 text = ""
             else:
@@ -650,7 +655,8 @@ class Engine:
         self._remember(req.uri, st.gen)
         text = finalize(st.text, st.ctx)
         if fim:
-            self.memo.remember(req.uri, req.prefix, req.prefix_offset, req.suffix, text)
+            self.memo.remember(req.uri, req.prefix, req.prefix_offset, req.suffix, text,
+                               keep=req.prefill == "next")
         return text
 
     def _start(self, req: CompletionRequest, rec: LatencyRecord,

@@ -296,7 +296,8 @@ def run_keystroke_bench(serve_args: list[str], tasks: list[Task], chars: int, ou
     summary: dict[str, Any] = {}
     for cfg, rows in results.items():
         follow = [ms for r in rows for ms in r["follow_ms"]]
-        records = list(read_records(logs[cfg]))
+        records = [r for r in read_records(logs[cfg])
+                   if not str(r.get("outcome", "")).startswith("prefill")]
         recs = [r for r in records if (r.get("version") or 0) > 1]
         through = [r for r in recs if r.get("evaluated_tokens", 1) > 0]
         tail = [r for r in through if r.get("draft") == "tail"]

@@ -202,6 +202,19 @@ def run_peer(server: Path, model: Path, tasks: Sequence[Task], *, typing: int,
             proc.kill()
 
 
+def idle_prefill_stats(log: Path) -> dict[str, Any]:
+    """How the idle prefill after opening went, from a latency log: runs, tokens, time."""
+    from fimls.latency import read_records
+
+    opens = [r for r in read_records(log) if str(r.get("outcome", "")).startswith("prefill")
+             and not str(r.get("request_id", "")).endswith("-next")]
+    tokens = [float(r.get("evaluated_tokens", 0)) for r in opens]
+    ms = [float(r.get("model_ms", 0.0)) for r in opens]
+    return {"runs": len(opens), "stopped": sum(r["outcome"] != "prefill" for r in opens),
+            "tokens_p50": percentile(tokens, 50), "ms_p50": percentile(ms, 50),
+            "tokens_per_s": sum(tokens) / max(1e-9, sum(ms) / 1000.0)}
+
+
 def format_side_by_side(table: dict[str, dict[str, dict[str, Any]]]) -> str:
     """One row per model and system; fimls's rows carry their ratio to the peer's."""
     head = (f"{'model':<22} {'system':<22} {'first p50':>10} {'first p95':>10} "
