@@ -114,9 +114,11 @@ def cmd_complete(args: argparse.Namespace) -> int:
     for warning in getattr(engine, "warnings", []):
         print(f"fimls: {warning}", file=sys.stderr)
     c = opts.completion
+    # One completion on demand races no typing: the time limit applies only when asked for.
+    max_time_ms = c.max_time_ms if getattr(args, "opt_maxTimeMs", None) is not None else 0
     req = CompletionRequest(uri=doc.uri, version=0, prefix=prefix, suffix=suffix,
                             rel_path=path.name, max_tokens=c.max_tokens,
-                            max_lines=c.max_lines, max_time_ms=c.max_time_ms,
+                            max_lines=c.max_lines, max_time_ms=max_time_ms,
                             speculative=c.speculative)
     result = engine.complete(req, lambda: False)
     engine.close()
@@ -409,7 +411,8 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 def _passthrough_flags(args: argparse.Namespace) -> list[str]:
     """The model/context flags given to bench, for the servers it starts."""
     keep = {"model", "nCtx", "nBatch", "threads", "nGpuLayers", "maxTokens", "maxLines",
-            "draftModel", "draftMax", "ngramMax", "isolation", "loadTimeoutS", "cancelGraceMs"}
+            "draftModel", "draftMax", "ngramMax", "isolation", "loadTimeoutS", "cancelGraceMs",
+            "promptTokens", "maxTimeMs", "idlePrefill", "reuseSuffix"}
     out: list[str] = []
     for key, flag, _default, _doc in describe():
         value = getattr(args, f"opt_{key}", None)

@@ -80,10 +80,10 @@ class CompletionOptions:
     """Most tokens generated for one suggestion."""
     max_lines: int = _opt(8, min=1)
     """Most lines in a multi-line suggestion."""
-    max_time_ms: int = _opt(0, min=0)
-    """Most milliseconds spent generating one suggestion, after its prompt is evaluated
-    (like llama.vim's t_max_predict_ms); then what is there is returned, whole lines only
-    for a multi-line suggestion. 0: no limit."""
+    max_time_ms: int = _opt(1000, min=0)
+    """Milliseconds of generating (after the first token) after which a multi-line
+    suggestion stops at its next line end; the first line is always finished. As llama.vim's
+    t_max_predict_ms (also 1000 by default). 0: no limit."""
     speculative: str = _opt("auto", choices=SPECULATIVE_MODES)
     """auto, off, lookup or model (off: plain greedy decoding, no reuse of suggestions)."""
     draft_model: str | None = _opt(None, kind="path", nullable=True)

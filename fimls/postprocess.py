@@ -180,14 +180,15 @@ def _match_indent_style(text: str, line_prefix: str) -> str:
     return "\n".join(out)
 
 
-def cut_to_budget(text: str, ctx: CursorContext) -> str:
-    """What of an unfinished suggestion may be shown when its time is up: a one-line
-    suggestion as far as it got, a multi-line one in whole lines only (nothing if its first
-    line is not finished: half a statement is worse than none)."""
-    if ctx.single_line:
-        return text
+def cut_to_budget(text: str) -> str | None:
+    """What of an unfinished suggestion to show once its time is up (``maxTimeMs``): its
+    complete lines, or None to keep going until one line is complete. As llama-server's
+    ``t_max_predict_ms``: the time limit shortens a block, it never cuts the first line
+    (half a statement is worse than waiting for the rest of it)."""
     nl = text.rfind("\n")
-    return text[:nl] if nl >= 0 else ""
+    if nl >= 0 and text[:nl].strip():
+        return text[:nl]
+    return None
 
 
 def finalize(text: str, ctx: CursorContext) -> str:

@@ -371,7 +371,7 @@ class Scheduler:
             rec = LatencyRecord(uri=job.req.uri, version=job.req.version,
                                 request_id=job.req.request_id, model=self.model_name,
                                 error=describe_error(exc))
-            rec.outcome = "error"
+            rec.outcome = "prefill_error" if job.idle else "error"
             rec.total_ms = (time.monotonic() - job.req.created) * 1000.0
         with self._lock:
             self._running = None

@@ -49,6 +49,9 @@ _WORD_TAIL = re.compile(r"[A-Za-z0-9_]*$")
 # Idle prefill starts after this long with no request: an editor that asks at every
 # keystroke asks well within it, so the prefill never races its request.
 IDLE_PREFILL_DELAY_S = 0.3
+# A file opened within this long of a request in another open file may be a peek: its
+# opening is not prefilled over the cache that serves the other file.
+OPEN_PREFILL_QUIET_S = 30.0
 ACCEPT_COMMAND = "fimls.acceptCompletion"
 STATUS_REQUEST = "fimls/status"
 DOCUMENT_STATE_REQUEST = "fimls/documentState"
@@ -104,6 +107,9 @@ class FimlsServer(LanguageServer):
         self._progress_seq = 0
         self._initialized = False
         self._prefill_timer: asyncio.TimerHandle | None = None
+        self._last_ask: tuple[str, float] | None = None  # (uri, when) of the last request
+        # (uri, cursor offset, shown text) of the last prefetch: the prompt it evaluates
+        self._prefetch: tuple[str, int, str] | None = None
         self.exit_code = 0
         self.scheduler.on_state_change(self._on_engine_state)
         self.scheduler.on_warning(self._on_engine_warning)
@@ -259,12 +265,12 @@ class FimlsServer(LanguageServer):
         if doc is None:
             log.debug("didChange for a document that is not open: %s", uri)
         self.scheduler.cancel_uri(uri, "superseded")
-        if doc is not None and changes:
+        if doc is not None and changes and changes[-1][1] is not None:
             text, rng = changes[-1]
+            assert rng is not None
             # The cursor is most likely just after the last edit (the text before its start
             # did not change, so the start's offset is the same in the new text).
-            cursor = None if rng is None else doc.offset_at(rng[0], self.encoding) + len(text)
-            self._plan_prefill(uri, cursor)
+            self._plan_prefill(uri, doc.offset_at(rng[0], self.encoding) + len(text))
 
     def _plan_prefill(self, uri: str, cursor: int | None) -> None:
         """After a short pause with no request, evaluate what the next request will need:
@@ -283,6 +289,12 @@ class FimlsServer(LanguageServer):
         if doc is None:
             return
         if cursor is None:
+            last = self._last_ask
+            if (last is not None and last[0] != uri and last[0] in self.docs
+                    and time.monotonic() - last[1] < OPEN_PREFILL_QUIET_S):
+                # The cache serves a document the user was just typing in (this one may
+                # be a peek or a background open): keep it.
+                return
             repo, rel = workspace_relative_path(doc.uri, self.roots)
             cap = self.options.model.n_ctx * 8 + 4096
             req = CompletionRequest(uri=uri, version=doc.version, prefix=doc.text[:cap],
@@ -290,6 +302,10 @@ class FimlsServer(LanguageServer):
                                     max_tokens=self.options.completion.max_tokens,
                                     prefill="open")
         else:
+            pf = self._prefetch
+            if (pf is not None and pf[0] == uri and pf[1] == cursor
+                    and doc.text[cursor - len(pf[2]):cursor] == pf[2]):
+                return  # the suggestion was accepted: its prefetch evaluates this prompt
             req = replace(self.make_request(doc, doc.position_at(cursor, self.encoding)),
                           prefill="cursor")
         if self.scheduler.prefill(req):
@@ -343,6 +359,7 @@ class FimlsServer(LanguageServer):
         if self._prefill_timer is not None:
             self._prefill_timer.cancel()  # a request is here: no idle work for now
             self._prefill_timer = None
+        self._last_ask = (uri, time.monotonic())
 
         def still_current() -> bool:
             d = self.docs.get(uri)
@@ -356,12 +373,12 @@ class FimlsServer(LanguageServer):
             raise
         if not result.text or not still_current():
             return None
-        if self.options.completion.idle_prefill:
-            # While the user reads the suggestion, compute the one after accepting it
-            # (llama.vim does the same): Tab, Tab is then instant. Any request stops it.
-            self.scheduler.prefill(replace(
-                req, prefix=req.prefix + result.text, prefill="next",
-                request_id=f"{req.request_id}-next", created=time.monotonic()))
+        # While the user reads the suggestion, compute the one after accepting it (llama.vim
+        # does the same): Tab, Tab is then instant. Any request stops it.
+        nxt = replace(req, prefix=req.prefix + result.text, prefill="next",
+                      request_id=f"{req.request_id}-next", created=time.monotonic())
+        if self.options.completion.idle_prefill and self.scheduler.prefill(nxt):
+            self._prefetch = (uri, req.prefix_offset + len(nxt.prefix), result.text)
         return result.text, doc, pos, req.request_id
 
     def outcome(self, event: str, params: Any) -> None:

@@ -56,6 +56,10 @@ async def session(*, args: Sequence[str] = (), init_options: dict[str, Any] | No
                   ) -> AsyncIterator[tuple[LanguageClient, types.InitializeResult]]:
     """Start a server, initialize it, wait for the model, and shut it down afterwards."""
     client = make_test_lsp_client()
+    if "--max-time-ms" not in args:
+        # What is suggested must not depend on this machine's speed (maxTimeMs cuts
+        # multi-line suggestions by wall-clock time; its own tests set it).
+        args = [*args, "--max-time-ms", "0"]
     cmd = list(command or [sys.executable, "-m", "fimls", "serve", *args])
     await client.start_io(cmd[0], *cmd[1:])
     folders = None

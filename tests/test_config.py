@@ -40,7 +40,7 @@ def test_defaults() -> None:
         "model": None, "nCtx": 4096, "nBatch": 512, "promptTokens": 0, "threads": None,
         "nGpuLayers": 0,
         "fimOrder": "auto", "isolation": "process", "loadTimeoutS": 300,
-        "cancelGraceMs": 5000, "maxTokens": 64, "maxLines": 8, "maxTimeMs": 0,
+        "cancelGraceMs": 5000, "maxTokens": 64, "maxLines": 8, "maxTimeMs": 1000,
         "speculative": "auto",
         "draftModel": None, "draftMax": 8, "ngramMax": 3, "idlePrefill": True,
         "reuseSuffix": True,

@@ -182,6 +182,27 @@ SUFFIX_DOC = ("\n".join(f"def helper_{i}(x):\n    return x * {i} + {i * i}\n" fo
               + "\n\nif __name__ == '__main__':\n    print(primes_below(30))\n")
 
 
+def test_max_time_shortens_a_block_to_whole_lines(engine: Engine) -> None:
+    text = files("fimls").joinpath("examples/primes.py").read_text()
+    cursor = text.index("range(2, limit):") + len("range(2, limit):")
+
+    def run(max_time_ms: int) -> tuple[str, str]:
+        engine.reset()
+        req = CompletionRequest(uri="file:///t.py", version=1, prefix=text[:cursor],
+                                suffix=text[cursor:], max_tokens=48, speculative="off",
+                                max_time_ms=max_time_ms)
+        res = engine.complete(req, lambda: False)
+        return res.text, res.record.stop
+
+    full, _ = run(0)
+    cut, stop = run(1)  # time is up at once: the first complete line ends it
+    assert full.count("\n") >= 2, full
+    assert stop == "max_time" and cut.strip(), (cut, full)
+    # Whole lines of what it would have suggested: the first one, finished.
+    assert full.startswith(cut) and full[len(cut)] == "\n", (cut, full)
+    assert len(cut.strip().splitlines()) == 1
+
+
 def _keystroke(engine: Engine, prefix: str, reuse: bool) -> tuple[str, dict[str, int]]:
     req = CompletionRequest(uri="file:///k.py", version=1, prefix=prefix, suffix=SUFFIX_DOC,
                             max_tokens=16, speculative="off", reuse_suffix=reuse)
@@ -218,6 +239,32 @@ def test_a_keystroke_keeps_the_suffix_cache(engine: Engine, reuse: bool) -> None
                    for r in recs), recs
     else:
         assert not moved and len(recomputed) >= 3, recs
+
+
+def test_a_keystroke_stopped_while_moving_the_suffix_leaves_the_cache_intact(
+        engine: Engine) -> None:
+    engine.reset()
+    head = ("def primes_below(limit):\n    result = []\n    for n in range(2, limit):\n"
+            "        if is_prime(n")
+    _keystroke(engine, head, True)
+    # (The output after <mid> is not kept when the prompt changes: the rest must be.)
+    before = engine.kv[:engine.kv.index(engine.template.mid)]
+    calls = 0
+
+    def cancelled_in_the_gap() -> bool:
+        nonlocal calls
+        calls += 1
+        return calls > 1  # checked once before the suffix is set aside, then stopped
+
+    req = CompletionRequest(uri="file:///k.py", version=1, prefix=head + "):", suffix=SUFFIX_DOC,
+                            max_tokens=16, speculative="off")
+    res = engine.complete(req, cancelled_in_the_gap)
+    assert res.record.outcome == "cancelled" and calls >= 2
+    # Put back as it was, suffix included...
+    assert engine.kv == before and engine.model.kv_len() == len(before)
+    # ...so the next keystroke still moves it instead of recomputing it.
+    _, rec = _keystroke(engine, head + "):", True)
+    assert rec["shifted"] > 0
 
 
 async def _wait_for(log: Path, pred: Callable[[list[dict[str, Any]]], bool],
@@ -281,14 +328,16 @@ async def test_accepting_a_suggestion_finds_the_next_one_ready(tmp_path: Path) -
     log = tmp_path / "lat.jsonl"
     text = files("fimls").joinpath("examples/primes.py").read_text()
     cursor = text.index("range(2, limit):") + len("range(2, limit):")
+    # One line at a time, so that after the first there is surely a next one.
     async with session(args=["--model", QWEN.name, "--latency-log", str(log),
-                             "--max-tokens", "24"]) as (c, _):
+                             "--max-tokens", "24", "--max-lines", "1"]) as (c, _):
         uri = (tmp_path / "primes.py").as_uri()
         open_doc(c, uri, text)
         line, col = end_position(text[:cursor])
         res = await inline(c, uri, line, col)
         assert res is not None and len(res.items) == 1
         shown = str(res.items[0].insert_text)
+        assert shown.strip() == "if is_prime(n):", shown
         # While the user reads it, the suggestion after it is computed (prefetch)...
         await _wait_for(log, lambda recs: any(r.get("request_id", "").endswith("-next")
                                               and r["outcome"] == "prefill" for r in recs))
@@ -299,4 +348,5 @@ async def test_accepting_a_suggestion_finds_the_next_one_ready(tmp_path: Path) -
     recs = read_log(log)
     assert len(recs) == 2, recs
     assert recs[1]["stop"] == "memo" and recs[1]["evaluated_tokens"] == 0, recs[1]
-    assert after is not None and len(after.items) == 1 and str(after.items[0].insert_text)
+    assert after is not None and len(after.items) == 1
+    assert "result.append(n)" in str(after.items[0].insert_text), after

@@ -200,11 +200,9 @@ def test_leading_newline_kept_after_code() -> None:
 
 
 def test_a_suggestion_cut_by_time_keeps_whole_lines_only() -> None:
-    block = CursorContext.from_text("    for n in items:", "\n")
-    assert cut_to_budget("\n        if n > 1:\n            out.app", block) == \
-        "\n        if n > 1:"
-    assert cut_to_budget("\n        if n > 1", block) == ""
-    blank = CursorContext.from_text("    ", "\n")
-    assert cut_to_budget("return tot", blank) == ""
-    line = CursorContext.from_text("    x = compute(", ")\n")
-    assert cut_to_budget("a, b", line) == "a, b"  # one line: as far as it got
+    assert cut_to_budget("\n        if n > 1:\n            out.app") == "\n        if n > 1:"
+    assert cut_to_budget("return total\n    x = 1\n") == "return total\n    x = 1"
+    # The first line is always finished: keep going.
+    assert cut_to_budget("\n        if n > 1") is None
+    assert cut_to_budget("return tot") is None
+    assert cut_to_budget("\n") is None

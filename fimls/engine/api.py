@@ -35,7 +35,9 @@ class CompletionRequest:
     # The defaults are the options' (fimls.config), written there once.
     max_tokens: int = CompletionOptions.max_tokens
     max_lines: int = CompletionOptions.max_lines
-    max_time_ms: int = CompletionOptions.max_time_ms
+    # No time limit unless the caller sets one (the server and `fimls complete` pass the
+    # option's): a benchmark comparing outputs must not depend on the machine's speed.
+    max_time_ms: int = 0
     speculative: str = CompletionOptions.speculative
     reuse_suffix: bool = CompletionOptions.reuse_suffix
     neighbors: list[str] = field(default_factory=list)  # text of other open buffers

@@ -347,58 +347,73 @@ class Engine:
 
     # -- evaluation ---------------------------------------------------------------------
 
-    def _reuse_suffix(self, tokens: list[int], common: int, rec: LatencyRecord) -> int:
+    def _reuse_suffix(self, tokens: list[int], common: int, rec: LatencyRecord,
+                      cancelled: Callable[[], bool]) -> int:
         """After an edit before the cursor, move the cached suffix instead of recomputing it.
 
         A PSM prompt is ``... <pre> prefix <suf> suffix <mid>``: typing changes the prefix's
         last tokens, so the cache agrees with the new prompt only up to the cursor, yet the
-        suffix's entries are there, at positions off by the edit's length. Past the first
-        ``SUFFIX_FRESH_TOKENS`` of the suffix (evaluated again), they are parked aside
-        (llama.cpp evaluates a sequence only after its last position), the new prefix tokens
-        are evaluated in the gap, the rest of the suffix is moved back to its new positions,
-        and ``<mid>`` is evaluated again for its logits. Returns how many leading prompt
-        tokens the cache now holds. The moved entries attended to the old prefix: an
-        approximation, off with ``reuseSuffix: false``.
+        suffix's entries are there, at positions off by the edit's length. Everything from
+        the first difference on is parked aside (llama.cpp evaluates a sequence only after
+        its last position), the new prefix and the suffix's first ``SUFFIX_FRESH_TOKENS``
+        are evaluated in the gap, the rest of the suffix is moved back to its new
+        positions, and ``<mid>`` is evaluated for its logits. Stopped in the gap, the cache
+        is put back as it was. Returns how many leading prompt tokens the cache now holds.
+        The moved entries attended to the old prefix: an approximation, off with
+        ``reuseSuffix: false``.
         """
-        suf = self.template.suf
+        suf, mid = self.template.suf, self.template.mid
         n = len(tokens)
         try:
             new_at = tokens.index(suf, common)
             old_at = self.kv.index(suf, common)
         except ValueError:
             return common
+        if mid < 0 or tokens[-1] != mid:
+            return common
         length = n - 1 - new_at  # <suf> and the suffix; <mid> is evaluated again
         fresh = min(length, SUFFIX_FRESH_TOKENS)
         if (length - fresh < SUFFIX_FRESH_TOKENS
                 or self.kv[old_at:old_at + length] != tokens[new_at:new_at + length]):
             return common  # little to keep, or the suffix changed
+        if cancelled():
+            raise Cancelled
         self._truncate(old_at + length)
-        self.model.kv_remove(common, old_at + fresh)
-        self.model.park(old_at + fresh, old_at + length)
-        self._fresh_from = min(self._fresh_from, common)
+        self.model.park(common, old_at + length)
         todo = tokens[common:new_at + fresh]
         t0 = time.perf_counter()
         try:
             done = self.model.prefill(todo, common, logits_last=False)
-            if done == len(todo):
-                self._observe_prefill(done, time.perf_counter() - t0)
         except BaseException:
             self.model.drop_parked()
             self._truncate(common)
             raise
-        self._evaluated += done
         if done < len(todo):
-            # Cancelled in the gap: keep the contiguous part only.
-            self.model.drop_parked()
-            self.model.kv_truncate(common + done)
-            self.kv = list(tokens[:common + done])
-            self.nxt = self.nxt[:common] + [None] * done
+            # Stopped in the gap: the cache as it was (nothing was moved yet).
+            self.model.kv_truncate(common)
+            self.model.unpark(0)
             raise Cancelled
+        self._evaluated += done
+        self._observe_prefill(done, time.perf_counter() - t0)
+        self.model.drop_parked(common, old_at + fresh)  # replaced by what was just evaluated
         self.model.unpark(new_at - old_at)
-        self.kv = list(tokens[:new_at + length])
-        self.nxt = self.nxt[:common] + [None] * (new_at + length - common)
+        # llama.cpp applies the move in the next decode, re-rotating the keys layer by
+        # layer in place: aborted half-way, some layers would be rotated twice on the next
+        # try. So this one decode (one token) cannot be aborted.
+        with self.model.unabortable():
+            ok = self.model.decode([mid], n - 1, [0])
+        if not ok:
+            self.model.kv_truncate(common)
+            self._truncate(common)
+            raise Cancelled
+        self._evaluated += 1
+        self._fresh_from = min(self._fresh_from, common)
+        self.kv = list(tokens)
+        self.nxt = self.nxt[:common] + [None] * (n - common)
+        self.nxt[n - 1] = int(np.argmax(self.model.logits(0)))
         rec.shifted_tokens = length - fresh
-        return new_at + length
+        rec.prompt_ms = (time.perf_counter() - t0) * 1000.0
+        return n
 
     def _truncate(self, n: int) -> None:
         """Make the cache (and our record of it) hold only the first ``n`` positions."""
@@ -629,9 +644,10 @@ class Engine:
             if cancelled():
                 raise Cancelled
             if (req.max_time_ms and st.t_first is not None
-                    and (time.monotonic() - st.t_first) * 1000.0 >= req.max_time_ms):
+                    and (time.monotonic() - st.t_first) * 1000.0 >= req.max_time_ms
+                    and (cut := cut_to_budget(st.text)) is not None):
                 rec.stop = "max_time"
-                st.text = cut_to_budget(st.text, st.ctx)
+                st.text = cut
                 break
             if len(st.seq) >= self.model.n_ctx - 1:
                 # A tiny context (or a huge max_tokens): stop before llama.cpp runs out.
@@ -682,7 +698,7 @@ class Engine:
         ctx = CursorContext.from_text(req.prefix, req.suffix)
         common = _lcp(tokens, self.kv)
         if req.reuse_suffix and self._can_shift:
-            common = self._reuse_suffix(tokens, common, rec)
+            common = self._reuse_suffix(tokens, common, rec, cancelled)
         rec.reused_tokens = min(common, len(tokens))
         return _Decoding(
             req=req, rec=rec, cancelled=cancelled, seq=list(tokens), common=common,

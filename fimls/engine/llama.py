@@ -9,11 +9,12 @@ path forces ``logits_all`` (n_ctx x n_vocab floats), and its ``suffix=`` FIM is 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import ctypes
 import logging
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -272,6 +273,15 @@ class LlamaModel:
         """Install the predicate llama.cpp polls during a decode; true aborts the batch."""
         self._abort_flag = flag
 
+    @contextlib.contextmanager
+    def unabortable(self) -> Iterator[None]:
+        """Decodes inside cannot be aborted (the predicate is set aside meanwhile)."""
+        saved, self._abort_flag = self._abort_flag, None
+        try:
+            yield
+        finally:
+            self._abort_flag = saved
+
     def decode(self, tokens: Sequence[int], start_pos: int, logits_at: Sequence[int]) -> bool:
         """Evaluate ``tokens`` at positions ``start_pos...``; logits only at ``logits_at``.
 
@@ -366,9 +376,9 @@ class LlamaModel:
         L.llama_memory_seq_cp(self._mem, 1, 0, -1, -1)
         L.llama_memory_seq_rm(self._mem, 1, -1, -1)
 
-    def drop_parked(self) -> None:
-        """Forget the parked entries."""
-        L.llama_memory_seq_rm(self._mem, 1, -1, -1)
+    def drop_parked(self, p0: int = -1, p1: int = -1) -> None:
+        """Forget the parked entries (those at positions [p0, p1), by default all)."""
+        L.llama_memory_seq_rm(self._mem, 1, p0, p1)
 
     def can_shift(self) -> bool:
         """Whether the cache supports moving positions (RoPE models with a plain cache)."""

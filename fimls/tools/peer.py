@@ -22,6 +22,7 @@ import asyncio
 import json
 import os
 import shlex
+import socket
 import subprocess
 import tempfile
 import time
@@ -136,9 +137,14 @@ def _post(url: str, body: dict[str, Any], timeout: float = 600.0) -> dict[str, A
 
 def run_peer(server: Path, model: Path, tasks: Sequence[Task], *, typing: int,
              max_tokens: int, threads: int, extra_args: str = DEFAULT_PEER_ARGS,
-             port: int = 18431, progress: Callable[[str], None] | None = None,
+             port: int = 0, progress: Callable[[str], None] | None = None,
              ) -> list[dict[str, Any]]:
-    """Start ``server`` (llama-server) on ``model`` and ask it as llama.vim would."""
+    """Start ``server`` (llama-server) on ``model`` and ask it as llama.vim would (on
+    ``port``; 0: a free one)."""
+    if not port:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
     cmd = [str(server), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
            "-c", "4096", "-t", str(threads), "-np", "1", "--no-webui",
            *shlex.split(extra_args)]
