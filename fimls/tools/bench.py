@@ -35,10 +35,12 @@ from fimls import quality
 from fimls.latency import percentile
 from fimls.tools.harness import (
     Task,
+    close_doc,
     inline,
     insert,
     open_doc,
     start_client,
+    stop_client,
     utf16_len,
     utf16_position,
 )
@@ -264,13 +266,10 @@ async def _keystroke_session(cmd: list[str], tasks: list[Task], chars: int, type
             follow.append(ms)
         out.append({"task_id": task.task_id, "first_ms": first_ms, "follow_ms": follow,
                     "shown": shown})
-        client.text_document_did_close(types.DidCloseTextDocumentParams(
-            text_document=types.TextDocumentIdentifier(uri=uri)))
+        close_doc(client, uri)
         if progress:
             progress("keystroke")
-    await client.shutdown_async(None)
-    client.exit(None)
-    await client.stop()
+    await stop_client(client)
     return out
 
 

@@ -133,6 +133,19 @@ def open_doc(client: Any, uri: str, text: str, version: int = 1,
                                              text=text)))
 
 
+def close_doc(client: Any, uri: str) -> None:
+    """Send didClose of ``uri``."""
+    client.text_document_did_close(types.DidCloseTextDocumentParams(
+        text_document=types.TextDocumentIdentifier(uri=uri)))
+
+
+async def stop_client(client: LanguageClient) -> None:
+    """Shut the server down as an editor does (shutdown, exit) and stop the client."""
+    await client.shutdown_async(None)
+    client.exit(None)
+    await client.stop()
+
+
 def insert(client: Any, uri: str, version: int, line: int, character: int, text: str) -> None:
     """Send didChange inserting ``text`` at (line, character), the document now ``version``."""
     pos = types.Position(line=line, character=character)

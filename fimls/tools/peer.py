@@ -35,10 +35,12 @@ from typing import Any
 from fimls.latency import percentile
 from fimls.tools.harness import (
     Task,
+    close_doc,
     inline,
     insert,
     open_doc,
     start_client,
+    stop_client,
     utf16_len,
     utf16_position,
 )
@@ -104,13 +106,10 @@ async def _fimls_session(cmd: list[str], tasks: Sequence[Task], typing: int, ope
             insert(client, uri, k + 2, line, col, ch)
             line, col = (line + 1, 0) if ch == "\n" else (line, col + utf16_len(ch))
         rows.append(_row(task, lat, first))
-        client.text_document_did_close(types.DidCloseTextDocumentParams(
-            text_document=types.TextDocumentIdentifier(uri=uri)))
+        close_doc(client, uri)
         if progress:
             progress("fimls")
-    await client.shutdown_async(None)
-    client.exit(None)
-    await client.stop()
+    await stop_client(client)
     return rows
 
 
