@@ -179,11 +179,8 @@ def summarize(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
     kept = [v for r in returned if (v := _num(r.get("total_ms"))) is not None]
     out["returned_total_ms"] = {"p50": percentile(kept, 50), "p95": percentile(kept, 95)}
 
-    def total(key: str) -> float:
-        return sum(v for r in recs if (v := _num(r.get(key))) is not None)
-
-    prompt, reused = total("prompt_tokens"), total("reused_tokens")
-    drafted, accepted = total("drafted_tokens"), total("accepted_tokens")
+    prompt, reused = total_of(recs, "prompt_tokens"), total_of(recs, "reused_tokens")
+    drafted, accepted = total_of(recs, "drafted_tokens"), total_of(recs, "accepted_tokens")
     out["reuse_ratio"] = reused / prompt if prompt else 0.0
     out["acceptance_rate"] = accepted / drafted if drafted else 0.0
     out["suggestions"] = _outcomes(recs, events)

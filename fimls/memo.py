@@ -37,8 +37,9 @@ class SuggestionMemo:
         """Keep ``text``, suggested at the cursor between ``prefix`` and ``suffix``; an
         empty suggestion forgets the document's. ``keep``: keep the earlier one too (a
         prefetched suggestion for after accepting the shown one)."""
-        entries = self._shown.pop(uri, []) if keep else []
-        self._shown.pop(uri, None)
+        entries = self._shown.pop(uri, [])
+        if not keep:
+            entries = []
         if text.strip():
             entries.append(_Shown(cursor=prefix_offset + len(prefix), before=prefix[-_TAIL:],
                                   after=suffix[:_HEAD], text=text))

@@ -296,8 +296,8 @@ class FimlsServer(LanguageServer):
                 # be a peek or a background open): keep it.
                 return
             repo, rel = workspace_relative_path(doc.uri, self.roots)
-            cap = self.options.model.n_ctx * 8 + 4096
-            req = CompletionRequest(uri=uri, version=doc.version, prefix=doc.text[:cap],
+            req = CompletionRequest(uri=uri, version=doc.version,
+                                    prefix=doc.text[:self._text_cap()],
                                     suffix="", repo_name=repo, rel_path=rel,
                                     max_tokens=self.options.completion.max_tokens,
                                     prefill="open")
@@ -318,10 +318,14 @@ class FimlsServer(LanguageServer):
 
     # -- completion ------------------------------------------------------------------------
 
+    def _text_cap(self) -> int:
+        """Characters of text worth copying into a request: the model never sees more than
+        n_ctx tokens."""
+        return self.options.model.n_ctx * 8 + 4096
+
     def make_request(self, doc: TextDocument, pos: Pos) -> CompletionRequest:
         """A plain engine request for the cursor at ``pos`` in ``doc``."""
-        # Copy only what a prompt can use: the model never sees more than n_ctx tokens.
-        cap = self.options.model.n_ctx * 8 + 4096
+        cap = self._text_cap()
         prefix, suffix = doc.prefix_suffix(pos, self.encoding, max_prefix=cap, max_suffix=cap)
         offset = doc.offset_at(pos, self.encoding) - len(prefix)
         repo, rel = workspace_relative_path(doc.uri, self.roots)
