@@ -21,6 +21,8 @@ from fimls import __version__
 from fimls.config import Options, apply_dict, describe
 from fimls.engine import make_engine
 
+log = logging.getLogger(__name__)
+
 
 def _add_option_flags(p: argparse.ArgumentParser) -> None:
     for key, flag, default, doc in describe():
@@ -185,6 +187,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """Speculation on/off on the same prompts; table, JSON and PNG."""
+    from fimls.models import catalogue_name
     from fimls.tools import bench
     from fimls.tools.harness import Task, load_tasks
 
@@ -213,6 +216,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         editor_tasks = load_tasks(args.editor_set or args.sets.split(",")[0].strip(),
                                   editor_n)[1]
         total += len(editor_tasks) * len(models) * (1 + bool(args.peer) + bool(args.open_wait))
+    suffix_tasks: list[Task] = []
+    if args.suffix_tasks:
+        suffix_tasks = load_tasks(args.suffix_set or args.editor_set
+                                  or args.sets.split(",")[0].strip(), args.suffix_tasks)[1]
+        total += len(suffix_tasks) * len(models)
     ks_tasks: list[Task] = []
     if args.keystroke_tasks:
         ks_tasks = load_tasks(args.keystroke_set, args.keystroke_tasks)[1]
@@ -225,7 +233,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                     "max_tokens": opts.completion.max_tokens, "temperature": 0,
                     "configs": configs, "warmup": args.warmup, "repeats": args.repeats,
                     "verify_cost": {}, "sets": {k: len(t) for k, t in sets}}
-    for name in models if sets else []:
+    for name in models if sets or suffix_tasks else []:
         # Each model in turn on the same tasks; its runs are labelled by model when several.
         model_opts = (dataclasses.replace(opts, model=dataclasses.replace(m, model=name))
                       if name else opts)
@@ -239,6 +247,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
             engine, named, configs, warmup=args.warmup, repeats=args.repeats,
             max_tokens=opts.completion.max_tokens, max_lines=opts.completion.max_lines,
             progress=bar.step)
+        if suffix_tasks:
+            if engine.template.kind == "fim":
+                result.suffix[catalogue_name(engine.cfg.model_path) or label] = \
+                    bench.run_suffix_bench(
+                        engine, suffix_tasks, args.suffix_chars,
+                        max_tokens=opts.completion.max_tokens,
+                        max_lines=opts.completion.max_lines, progress=bar.step)
+            else:
+                log.warning("%s has no FIM tokens: the suffix is not in its prompt, so "
+                            "there is no suffix to reuse", label)
         engine.close()
     result.summary = bench.summarize_runs(result.runs)
     if ks_tasks:
@@ -261,6 +279,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     us = bench.lookup_speed()
     result.setup["lookup_us_per_call_8k"] = us
     print(f"prompt lookup: {us:.0f} us per proposal over 8k tokens of history")
+    for label, res in result.suffix.items():
+        print(f"\nsuffix reuse, {res['summary']['tasks']} tasks of "
+              f"{args.suffix_set or args.editor_set or args.sets.split(',')[0]}: "
+              f"{args.suffix_chars} typed characters of the real text, each answered with "
+              "the cached suffix moved and with it evaluated fresh:")
+        print(bench.format_suffix_table(label, res["summary"]))
     if result.keystroke:
         print("\ntyping the suggestion character by character, through fimls serve:")
         for cfg, row in result.keystroke["summary"].items():
@@ -290,6 +314,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                           "by the request")
     data = {"setup": result.setup, "summary": result.summary,
             "editor": result.editor or None,
+            "suffix": result.suffix or None,
             "keystroke": result.keystroke.get("summary") if result.keystroke else None,
             "runs": [r.__dict__ for r in result.runs]}
     (out / "bench.json").write_text(json.dumps(data, indent=1, default=str))
@@ -475,6 +500,15 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--open-wait", type=float, default=0.0,
                    help="also run fimls with this many seconds between opening a document "
                    "and the first request (a user reading: idle prefill)")
+    b.add_argument("--suffix-tasks", type=int, default=0,
+                   help="the quality cost of suffix reuse (FIM models): on N tasks, type "
+                        "--suffix-chars characters of the real text and compare each answer "
+                        "with the suffix's cache moved against one evaluated fresh")
+    b.add_argument("--suffix-set", default="",
+                   help="task set for --suffix-tasks (default: --editor-set, else the first "
+                        "of --sets)")
+    b.add_argument("--suffix-chars", type=int, default=3,
+                   help="typed characters per task for --suffix-tasks (default 3)")
     b.add_argument("--out", default="bench-out", help="folder for bench.json and bench.png")
     _add_option_flags(b)
     b.set_defaults(func=cmd_bench)

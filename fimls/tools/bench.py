@@ -94,6 +94,7 @@ class BenchResult:
     summary: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     keystroke: dict[str, Any] = field(default_factory=dict)
     editor: dict[str, Any] = field(default_factory=dict)
+    suffix: dict[str, Any] = field(default_factory=dict)  # per model: run_suffix_bench
 
 
 def _stats(values: Sequence[float]) -> dict[str, float]:
@@ -321,6 +322,86 @@ def run_keystroke_bench(serve_args: list[str], tasks: list[Task], chars: int, ou
         for row in summary.values():
             row["follow_p50_vs_off"] = row["follow_p50_ms"] / base if base else float("nan")
     return {"summary": summary, "sessions": results}
+
+
+def run_suffix_bench(engine: Any, tasks: list[Task], chars: int, *, max_tokens: int,
+                     max_lines: int,
+                     progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """The quality cost of suffix reuse (FIM): the user types the real text.
+
+    Per task, two passes over the same keystrokes: the first request, then ``chars``
+    typed characters of the target, asking after each. With ``reuse_suffix`` the cached
+    suffix entries move to their new positions (they attended to the old prefix: an
+    approximation); without it everything after the edit is evaluated again, which is
+    what a fresh prompt computes. The memo is cleared before every keystroke so the model
+    answers each one, and speculation is off so only the suffix's cache differs. Each
+    answer is scored against the rest of the target.
+    """
+    from fimls.engine.api import CompletionRequest
+    from fimls.memo import SuggestionMemo
+
+    rows: list[dict[str, Any]] = []
+    for ti, task in enumerate(tasks):
+        answers: dict[bool, list[tuple[str, dict[str, Any]]]] = {}
+        for reuse in (True, False):
+            engine.reset()
+            engine.prev_gen.clear()
+            got: list[tuple[str, dict[str, Any]]] = []
+            for k in range(min(chars, len(task.target)) + 1):
+                engine.memo = SuggestionMemo()
+                req = CompletionRequest(
+                    uri=f"bench://suffix/{ti}", version=k + 1,
+                    prefix=task.prefix + task.target[:k], suffix=task.suffix,
+                    max_tokens=max_tokens, max_lines=max_lines, speculative="off",
+                    reuse_suffix=reuse)
+                res = engine.complete(req, lambda: False)
+                got.append((res.text, json.loads(res.record.to_json())))
+            answers[reuse] = got
+        for k, ((a, ra), (b, rb)) in enumerate(
+                zip(answers[True], answers[False], strict=True)):
+            if k == 0:
+                continue  # the first request is the same computation in both passes
+            rest = task.target[k:]
+            rows.append({"task_id": task.task_id, "typed": k,
+                         "shifted": int(ra.get("shifted_tokens", 0)),
+                         "same": a == b, "reuse": a, "fresh": b, "target": rest,
+                         "reuse_ms": float(ra["total_ms"]), "fresh_ms": float(rb["total_ms"]),
+                         "reuse_evaluated": int(ra.get("evaluated_tokens", 0)),
+                         "fresh_evaluated": int(rb.get("evaluated_tokens", 0))})
+        if progress:
+            progress("suffix reuse")
+    moved = [r for r in rows if r["shifted"]]
+
+    def side(key: str, rs: list[dict[str, Any]]) -> dict[str, Any]:
+        q = quality.summarize(quality.score(r[key], r["target"]) for r in rs)
+        return {"keystrokes": len(rs), "line_exact": q["line_exact"],
+                "prefix_ratio": q["prefix_ratio"],
+                "ms_p50": percentile([r[f"{key}_ms"] for r in rs], 50),
+                "evaluated_p50": percentile([float(r[f"{key}_evaluated"]) for r in rs], 50)}
+
+    summary = {"tasks": len(tasks), "keystrokes": len(rows), "moved": len(moved),
+               "same": sum(r["same"] for r in rows),
+               "same_moved": sum(r["same"] for r in moved),
+               "reuse": side("reuse", rows), "fresh": side("fresh", rows),
+               "reuse_moved": side("reuse", moved), "fresh_moved": side("fresh", moved)}
+    return {"summary": summary, "rows": rows}
+
+
+def format_suffix_table(label: str, s: dict[str, Any]) -> str:
+    """Suffix reuse against a fresh evaluation, on the same keystrokes."""
+    w = max(22, len(label) + 2)
+    head = (f"{'model':<{w}}{'keystrokes':<22}{'n':>5}{'line-exact':>11}{'prefix':>8}"
+            f"{'p50 ms':>9}{'evaluated':>10}")
+    lines = [head, "-" * len(head)]
+    for name, key in (("all, suffix moved", "reuse"), ("all, fresh", "fresh"),
+                      ("moved only, moved", "reuse_moved"), ("moved only, fresh", "fresh_moved")):
+        r = s[key]
+        lines.append(f"{label:<{w}}{name:<22}{r['keystrokes']:>5}{r['line_exact']:>11.3f}"
+                     f"{r['prefix_ratio']:>8.3f}{r['ms_p50']:>9.0f}{r['evaluated_p50']:>10.0f}")
+    lines.append(f"{label}: suffix moved on {s['moved']}/{s['keystrokes']} keystrokes; "
+                 f"answers identical to fresh on {s['same']}/{s['keystrokes']} "
+                 f"({s['same_moved']}/{s['moved']} of the moved)")
+    return "\n".join(lines)
 
 
 def lookup_speed(n_tokens: int = 8192, calls: int = 2000, seed: int = 0) -> float:
