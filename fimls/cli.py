@@ -216,6 +216,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         editor_tasks = load_tasks(args.editor_set or args.sets.split(",")[0].strip(),
                                   editor_n)[1]
         total += len(editor_tasks) * len(models) * (1 + bool(args.peer) + bool(args.open_wait))
+    cross_tasks: list[Task] = []
+    if args.cross_set:
+        cross_tasks = load_tasks(args.cross_set, args.cross_tasks)[1]
+        total += len(cross_tasks) * len(models) * 2
     suffix_tasks: list[Task] = []
     if args.suffix_tasks:
         suffix_tasks = load_tasks(args.suffix_set or args.editor_set
@@ -266,6 +270,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
                                                      progress=bar.step)
     if editor_tasks:
         result.editor = _editor_bench(args, opts, models, editor_tasks, out, bar.step)
+    if cross_tasks:
+        result.cross = _cross_bench(args, opts, models, cross_tasks, out, bar.step)
     print(f"model: {', '.join(result.setup['model'])}  threads: {m.threads or 'auto'}  "
           f"gpu layers: {m.n_gpu_layers}  max tokens: {opts.completion.max_tokens}")
     for label, costs in result.setup["verify_cost"].items():
@@ -276,9 +282,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print("\nquality against the real text (first line, whole, prefix kept, edit "
               "similarity, empty answers):")
         print(bench.format_quality_table(result.summary))
+        gates = bench.gate_table(result.runs)
+        result.setup["gate"] = gates
+        print("\nconfidence gate (--min-confidence), configuration off: non-empty suggestions "
+              "shown, precision (first line right) and recall (right ones still shown):")
+        print(bench.format_gate_table(gates))
     us = bench.lookup_speed()
     result.setup["lookup_us_per_call_8k"] = us
     print(f"prompt lookup: {us:.0f} us per proposal over 8k tokens of history")
+    if result.cross:
+        print(f"\nwith the other files open ({len(cross_tasks)} tasks of {args.cross_set}: "
+              f"the first request, then {args.typing} typed characters, through fimls serve):")
+        print(_format_cross(result.cross))
     for label, res in result.suffix.items():
         print(f"\nsuffix reuse, {res['summary']['tasks']} tasks of "
               f"{args.suffix_set or args.editor_set or args.sets.split(',')[0]}: "
@@ -315,6 +330,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     data = {"setup": result.setup, "summary": result.summary,
             "editor": result.editor or None,
             "suffix": result.suffix or None,
+            "cross": result.cross or None,
             "keystroke": result.keystroke.get("summary") if result.keystroke else None,
             "runs": [r.__dict__ for r in result.runs]}
     (out / "bench.json").write_text(json.dumps(data, indent=1, default=str))
@@ -357,6 +373,55 @@ def _editor_bench(args: argparse.Namespace, opts: Options, models: list[str | No
             idle = peer.idle_prefill_stats(out / f"editor-{label}-opened.jsonl")
             summary[label][f"fimls, opened {args.open_wait:g}s before"]["idle_prefill"] = idle
     return {"summary": summary, "rows": rows}
+
+
+def _cross_bench(args: argparse.Namespace, opts: Options, models: list[str | None],
+                 tasks: list[Any], out: Path, step: Callable[[str], None]) -> dict[str, Any]:
+    """Cross-file tasks through fimls serve, alone and with the task's other files open."""
+    from fimls.latency import percentile, read_records
+    from fimls.models import catalogue_name, default_model_name, resolve_model
+    from fimls.tools import peer
+
+    summary: dict[str, dict[str, dict[str, Any]]] = {}
+    flags = _passthrough_flags(args)
+    for name in models:
+        model = name or opts.model.model or default_model_name()
+        label = catalogue_name(resolve_model(model)) or str(model)
+        serve = [*_strip_flag(flags, "--model"), "--model", str(model)]
+        summary[label] = {}
+        for system, extra in (("alone", False), ("other files open", True)):
+            log_path = out / f"cross-{label}-{'open' if extra else 'alone'}.jsonl"
+            rows = peer.run_fimls(serve, tasks, typing=args.typing, latency_log=log_path,
+                                  progress=step, open_extra=extra, in_repo=True)
+            row = peer.summarize_editor(rows)
+            recs = [r for r in read_records(log_path)
+                    if r.get("outcome") in ("returned", "empty", "gated")]
+            row["context_tokens_p50"] = percentile(
+                [float(r.get("context_tokens", 0)) for r in recs], 50)
+            row["rows"] = rows
+            summary[label][system] = row
+    return summary
+
+
+def _format_cross(table: dict[str, dict[str, dict[str, Any]]]) -> str:
+    """Quality and latency with the other files open against alone."""
+    head = (f"{'model':<22} {'system':<18} {'line':>6} {'chars':>6} {'first p50':>10} "
+            f"{'key p50':>9} {'key p95':>9} {'context':>8}")
+    lines = [head, "-" * len(head)]
+    for model, systems in table.items():
+        alone = systems.get("alone")
+        for system, s in systems.items():
+            lines.append(f"{model:<22} {system:<18} {s['line_exact']:>6.3f} "
+                         f"{s['char_prefix_ratio']:>6.3f} {s['first_p50_ms']:>8.0f}ms "
+                         f"{s['typing_p50_ms']:>7.0f}ms {s['typing_p95_ms']:>7.0f}ms "
+                         f"{s['context_tokens_p50']:>8.0f}")
+            if alone is not None and s is not alone:
+                def ratio(key: str, s: dict[str, Any] = s, a: dict[str, Any] = alone) -> str:
+                    return f"{s[key] / a[key]:.2f}x" if a[key] else "-"
+                lines.append(f"{'':<22} {'  vs alone':<18} {ratio('line_exact'):>6} "
+                             f"{ratio('char_prefix_ratio'):>6} {ratio('first_p50_ms'):>10} "
+                             f"{ratio('typing_p50_ms'):>9} {ratio('typing_p95_ms'):>9}")
+    return "\n".join(lines)
 
 
 def _strip_flag(flags: list[str], flag: str) -> list[str]:
@@ -416,6 +481,9 @@ def cmd_tasks(args: argparse.Namespace) -> int:
             made, skipped = tasks.from_git(args.repo, n=args.n, seed=args.seed, rev=args.rev,
                                            since=args.since, max_commits=args.max_commits,
                                            limits=limits)
+        elif args.source == "cross-file":
+            made, skipped = tasks.cross_file(args.repo, n=args.n, seed=args.seed,
+                                             rev=args.rev, limits=limits)
         else:
             made, skipped = tasks.from_files(args.paths, n=args.n, seed=args.seed,
                                              limits=limits)
@@ -437,7 +505,8 @@ def _passthrough_flags(args: argparse.Namespace) -> list[str]:
     """The model/context flags given to bench, for the servers it starts."""
     keep = {"model", "nCtx", "nBatch", "threads", "nGpuLayers", "maxTokens", "maxLines",
             "draftModel", "draftMax", "ngramMax", "isolation", "loadTimeoutS", "cancelGraceMs",
-            "promptTokens", "maxTimeMs", "idlePrefill", "reuseSuffix"}
+            "promptTokens", "maxTimeMs", "idlePrefill", "reuseSuffix", "contextTokens",
+            "minConfidence"}
     out: list[str] = []
     for key, flag, _default, _doc in describe():
         value = getattr(args, f"opt_{key}", None)
@@ -500,6 +569,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--open-wait", type=float, default=0.0,
                    help="also run fimls with this many seconds between opening a document "
                    "and the first request (a user reading: idle prefill)")
+    b.add_argument("--cross-set", default="",
+                   help="cross-file tasks (fimls tasks cross-file): quality and latency "
+                        "through fimls serve alone and with each task's other files open")
+    b.add_argument("--cross-tasks", type=int, default=20,
+                   help="tasks of --cross-set (default 20)")
     b.add_argument("--suffix-tasks", type=int, default=0,
                    help="the quality cost of suffix reuse (FIM models): on N tasks, type "
                         "--suffix-chars characters of the real text and compare each answer "
@@ -532,7 +606,12 @@ def build_parser() -> argparse.ArgumentParser:
     tg.add_argument("--max-commits", type=int, help="only the newest N commits")
     tf = ta_sub.add_parser("from-files", help="lines and blocks cut out of source files")
     tf.add_argument("paths", nargs="+", metavar="PATH", help="files or folders")
-    for t in (tg, tf):
+    tx = ta_sub.add_parser("cross-file", help="calls of a function or class defined in "
+                           "exactly one other file; the task lists that file and two "
+                           "unrelated ones to open (for quality with other buffers open)")
+    tx.add_argument("repo", help="a git repository (work tree or bare)")
+    tx.add_argument("--rev", default="HEAD", help="the files at this revision")
+    for t in (tg, tf, tx):
         t.add_argument("--out", default="-", help="JSONL file to write (default: stdout)")
         t.add_argument("--n", type=int, default=300, help="most tasks to make (default 300)")
         t.add_argument("--seed", type=int, default=0, help="random seed (default 0)")

@@ -100,6 +100,13 @@ class CompletionOptions:
     """FIM models: after an edit before the cursor, keep the suffix's cached entries (moved
     to their new positions) instead of recomputing them. An approximation: they attended
     to the text before the edit."""
+    context_tokens: int = _opt(512, min=0)
+    """Most tokens of other open buffers at the front of the prompt (definitions of the
+    identifiers near the cursor, recently edited regions, a ring of chunks), at most half
+    the prompt. 0: only the current file."""
+    min_confidence: float = _opt(0.0, min=0.0, max=1.0)
+    """A suggestion whose first line has a token the model gave less than this probability
+    is not shown (logged as ``gated``). 0: show everything."""
 
 
 @dataclass(kw_only=True)
@@ -159,14 +166,18 @@ def _coerce(value: Any, f: dataclasses.Field[Any], kind: type) -> Any:
         if isinstance(value, bool):
             return value
         raise ValueError("must be true or false")
-    if kind is int:
+    if kind is int or kind is float:
         # bool is an int to Python, never to a user; strings come from the command line.
-        if isinstance(value, bool) or not isinstance(value, int | str):
-            raise ValueError("must be an integer")
+        word = "an integer" if kind is int else "a number"
+        ok = (int, str) if kind is int else (int, float, str)
+        if isinstance(value, bool) or not isinstance(value, ok):
+            raise ValueError(f"must be {word}")
         try:
-            v = int(value)
+            v = kind(value)
         except ValueError:
-            raise ValueError("must be an integer") from None
+            raise ValueError(f"must be {word}") from None
+        if v != v:
+            raise ValueError(f"must be {word}")  # NaN
         lo, hi = meta.get("min"), meta.get("max")
         if lo is not None and hi is not None and not lo <= v <= hi:
             raise ValueError(f"must be between {lo} and {hi}")

@@ -44,11 +44,17 @@ class LatencyRecord:
     shifted_tokens: int = 0  # suffix entries kept from the cache at moved positions (FIM)
     memo_tokens: int = 0  # tokens replayed from the previous generation without compute
     evaluated_tokens: int = 0  # positions the model computed for this request (0: none)
+    context_tokens: int = 0  # tokens of other buffers' chunks at the prompt's front
+    context_sources: str = ""  # which kinds of chunks, e.g. "definition:2,recent:1"
     generated_tokens: int = 0
     drafted_tokens: int = 0
     accepted_tokens: int = 0
     draft_batches: int = 0  # verification batches (mean accepted length = accepted / this)
     draft: str = "none"
+    # The lowest (and the mean) probability of the model's own tokens on the suggestion's
+    # first line; None when the model chose none (memo, forced text only).
+    confidence: float | None = None
+    confidence_mean: float | None = None
     outcome: str = "empty"
     model: str = ""
     stop: str = ""

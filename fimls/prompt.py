@@ -15,8 +15,10 @@ cursor leaves the prompt's first tokens untouched and the KV cache can be reused
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, Protocol
+
+from fimls.context import ContextChunk, sources_of
 
 # Where a window may start moves in steps of this many characters, so a keystroke almost
 # never moves it (the KV cache keeps everything before the cursor).
@@ -164,6 +166,9 @@ class PromptInput:
     prefix_offset: int = 0  # where ``prefix`` starts in the document (it may be capped)
     repo_name: str | None = None
     rel_path: str = ""
+    # Chunks of other buffers, most useful first, and the most tokens they may take.
+    context: tuple[ContextChunk, ...] = ()
+    context_tokens: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -175,6 +180,8 @@ class Prompt:
     prefix_window: str = ""
     suffix_window: str = ""
     heal_tokens: int = 0
+    context_tokens: int = 0  # tokens of other buffers' chunks at the front
+    context_sources: str = ""  # e.g. "definition:2,ring:1"
 
 
 def prefix_window(prefix: str, char_budget: int, prefix_offset: int = 0,
@@ -254,16 +261,59 @@ def _heal(vocab: VocabLike, toks: list[int]) -> tuple[list[int], bytes]:
     return toks[:-1], vocab.piece(toks[-1])
 
 
-def _head(template: FimTemplate, vocab: VocabLike, inp: PromptInput) -> list[int]:
-    """BOS, and for FIM models with repository tokens the repository and file header."""
+_HASH_COMMENT = (".py", ".pyi", ".sh", ".bash", ".rb", ".r", ".pl", ".yaml", ".yml", ".toml",
+                 ".jl", ".ex", ".exs", ".nim", ".cmake", ".mk")
+
+
+def _comment(path: str) -> str:
+    """The line-comment mark of ``path``'s language (``#`` when unknown)."""
+    if "." not in path.rsplit("/", 1)[-1]:
+        return "#"
+    return "#" if path.lower().endswith(_HASH_COMMENT) else "//"
+
+
+def _context(template: FimTemplate, vocab: VocabLike,
+             inp: PromptInput) -> tuple[list[int], list[ContextChunk]]:
+    """The other buffers' chunks as tokens, within ``inp.context_tokens``.
+
+    Models trained on repository-level prompts (Qwen2.5-Coder) get each chunk as a file of
+    the repository (``<|file_sep|>path`` then its text); the others get a plain-text
+    header, each chunk under a comment naming its file. Whole chunks only, in order, while
+    they fit.
+    """
+    out: list[int] = []
+    used: list[ContextChunk] = []
+    repo = template.kind == "fim" and template.has_repo_tokens
+    mark = _comment(inp.rel_path or (inp.context[0].path if inp.context else ""))
+    for chunk in inp.context:
+        body = chunk.text if chunk.text.endswith("\n") else chunk.text + "\n"
+        toks = ([template.file_sep, *vocab.tokenize(chunk.path + "\n" + body)] if repo
+                else vocab.tokenize(f"{mark} {chunk.path}\n{body}"))
+        if len(out) + len(toks) > inp.context_tokens:
+            continue  # a smaller chunk later may still fit
+        out += toks
+        used.append(chunk)
+    if out and not repo:
+        out += vocab.tokenize("\n")
+    return out, used
+
+
+def _head(template: FimTemplate, vocab: VocabLike,
+          inp: PromptInput) -> tuple[list[int], list[ContextChunk], int]:
+    """BOS, the other buffers' chunks, and for FIM models with repository tokens the
+    repository and file header; with the chunks used and their tokens."""
     head: list[int] = [template.bos] if template.bos >= 0 else []
+    ctx, chosen = _context(template, vocab, inp) if inp.context else ([], [])
+    if template.kind == "continuation" or not template.has_repo_tokens:
+        head += ctx
     if template.kind == "continuation":
-        return head
-    if template.has_repo_tokens and inp.repo_name is not None:
-        head += [template.repo_name, *vocab.tokenize(inp.repo_name + "\n")]
-    if template.file_sep >= 0 and inp.rel_path:
-        head += [template.file_sep, *vocab.tokenize(inp.rel_path + "\n")]
-    return head
+        return head, chosen, len(ctx)
+    if template.has_repo_tokens and (inp.repo_name is not None or ctx):
+        head += [template.repo_name, *vocab.tokenize((inp.repo_name or "workspace") + "\n")]
+        head += ctx
+    if template.file_sep >= 0 and (inp.rel_path or (ctx and template.has_repo_tokens)):
+        head += [template.file_sep, *vocab.tokenize((inp.rel_path or "current") + "\n")]
+    return head, chosen, len(ctx)
 
 
 def opening_prompt(template: FimTemplate, vocab: VocabLike, inp: PromptInput,
@@ -276,7 +326,9 @@ def opening_prompt(template: FimTemplate, vocab: VocabLike, inp: PromptInput,
     These tokens, evaluated while the user reads, are the cache the first request reuses.
     ``inp.prefix`` is the whole text; the suffix is not used.
     """
-    head = _head(template, vocab, inp)
+    if inp.context:
+        inp = replace(inp, context_tokens=min(inp.context_tokens, budget_tokens // 2))
+    head = _head(template, vocab, inp)[0]
     if template.kind == "continuation":
         room = budget_tokens - len(head)
     else:
@@ -294,13 +346,17 @@ def opening_prompt(template: FimTemplate, vocab: VocabLike, inp: PromptInput,
 def build_prompt(template: FimTemplate, vocab: VocabLike, inp: PromptInput,
                  budget_tokens: int) -> Prompt:
     """Lay out the prompt for ``template`` within ``budget_tokens`` tokens."""
-    head = _head(template, vocab, inp)
+    if inp.context:
+        # The chunks take at most half the window: the file itself matters most.
+        inp = replace(inp, context_tokens=min(inp.context_tokens, budget_tokens // 2))
+    head, used, ctx_tokens = _head(template, vocab, inp)
+    extra: dict[str, Any] = {"context_tokens": ctx_tokens, "context_sources": sources_of(used)}
     if template.kind == "continuation":
         window, toks = _fit_prefix(vocab, inp.prefix, budget_tokens - len(head),
                                    inp.prefix_offset)
         toks, constraint = _heal(vocab, toks)
         return Prompt(tokens=head + toks, constraint=constraint, prefix_window=window,
-                      heal_tokens=int(bool(constraint)))
+                      heal_tokens=int(bool(constraint)), **extra)
 
     avail = max(16, budget_tokens - len(head) - 3)
     suf_budget = avail // 4
@@ -316,4 +372,4 @@ def build_prompt(template: FimTemplate, vocab: VocabLike, inp: PromptInput,
     if template.mid >= 0:
         body.append(template.mid)
     return Prompt(tokens=head + body, constraint=constraint, prefix_window=pre_text,
-                  suffix_window=suf_text, heal_tokens=int(bool(constraint)))
+                  suffix_window=suf_text, heal_tokens=int(bool(constraint)), **extra)

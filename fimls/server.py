@@ -30,6 +30,8 @@ from pygls.protocol.language_server import lsp_method
 
 from fimls import __version__
 from fimls.config import Options, apply_dict
+from fimls.context import CHARS_PER_TOKEN as CONTEXT_CHARS_PER_TOKEN
+from fimls.context import ContextChunk, ContextStore
 from fimls.documents import DocumentStore, Pos, TextDocument, workspace_relative_path
 from fimls.engine.api import (
     CompletionRequest,
@@ -52,6 +54,9 @@ IDLE_PREFILL_DELAY_S = 0.3
 # A file opened within this long of a request in another open file may be a peek: its
 # opening is not prefilled over the cache that serves the other file.
 OPEN_PREFILL_QUIET_S = 30.0
+# A context set chosen for a cursor serves requests within this many lines of it: typing
+# never changes the prompt's front (the KV cache keeps it); a jump elsewhere chooses anew.
+CONTEXT_REGION_LINES = 40
 ACCEPT_COMMAND = "fimls.acceptCompletion"
 STATUS_REQUEST = "fimls/status"
 DOCUMENT_STATE_REQUEST = "fimls/documentState"
@@ -96,6 +101,9 @@ class FimlsServer(LanguageServer):
         self.options = options
         self.engine_factory = engine_factory
         self.docs = DocumentStore()
+        self.context = ContextStore()
+        # uri -> (line it was chosen at, chunks): the other buffers' text in its prompts
+        self._context_sets: dict[str, tuple[int, list[ContextChunk]]] = {}
         self.encoding = "utf-16"
         self.roots: list[str] = []
         self.latency_log = LatencyLog(self._latency_path(options))
@@ -248,7 +256,16 @@ class FimlsServer(LanguageServer):
         """didOpen."""
         td = params.text_document
         self.docs.open(td.uri, td.language_id, td.version, td.text)
+        _repo, rel = workspace_relative_path(td.uri, self.roots)
+        self.context.open(td.uri, rel or td.uri.rsplit("/", 1)[-1], self._reader(td.uri))
         self._plan_prefill(td.uri, None)
+
+    def _reader(self, uri: str) -> Callable[[], str | None]:
+        """The current text of ``uri`` while it is open (the context store keeps no copy)."""
+        def read() -> str | None:
+            d = self.docs.get(uri)
+            return d.text if d is not None else None
+        return read
 
     def on_change(self, params: types.DidChangeTextDocumentParams) -> None:
         """didChange: apply edits; whatever was computing for the old text is stale now."""
@@ -265,6 +282,8 @@ class FimlsServer(LanguageServer):
         if doc is None:
             log.debug("didChange for a document that is not open: %s", uri)
         self.scheduler.cancel_uri(uri, "superseded")
+        last = changes[-1][1] if changes else None
+        self.context.changed(uri, last[0].line if last is not None else None)
         if doc is not None and changes and changes[-1][1] is not None:
             text, rng = changes[-1]
             assert rng is not None
@@ -306,15 +325,22 @@ class FimlsServer(LanguageServer):
             if (pf is not None and pf[0] == uri and pf[1] == cursor
                     and doc.text[cursor - len(pf[2]):cursor] == pf[2]):
                 return  # the suggestion was accepted: its prefetch evaluates this prompt
-            req = replace(self.make_request(doc, doc.position_at(cursor, self.encoding)),
-                          prefill="cursor")
+            req = replace(self.make_request(doc, doc.position_at(cursor, self.encoding),
+                                            idle=True), prefill="cursor")
         if self.scheduler.prefill(req):
             log.debug("idle prefill (%s) of %s queued", req.prefill, uri)
 
     def on_close(self, params: types.DidCloseTextDocumentParams) -> None:
         """didClose."""
-        self.scheduler.cancel_uri(params.text_document.uri, "cancelled")
-        self.docs.close(params.text_document.uri)
+        uri = params.text_document.uri
+        self.scheduler.cancel_uri(uri, "cancelled")
+        self.docs.close(uri)
+        # No text of a closed buffer is kept, nor sent again.
+        self.context.close(uri)
+        self._context_sets.pop(uri, None)
+        for u, (line, chunks) in list(self._context_sets.items()):
+            if any(c.uri == uri for c in chunks):
+                self._context_sets[u] = (line, [c for c in chunks if c.uri != uri])
 
     # -- completion ------------------------------------------------------------------------
 
@@ -323,8 +349,9 @@ class FimlsServer(LanguageServer):
         n_ctx tokens."""
         return self.options.model.n_ctx * 8 + 4096
 
-    def make_request(self, doc: TextDocument, pos: Pos) -> CompletionRequest:
-        """A plain engine request for the cursor at ``pos`` in ``doc``."""
+    def make_request(self, doc: TextDocument, pos: Pos, *, idle: bool = False) -> CompletionRequest:
+        """A plain engine request for the cursor at ``pos`` in ``doc`` (``idle``: for idle
+        work, which may choose a new context set)."""
         cap = self._text_cap()
         prefix, suffix = doc.prefix_suffix(pos, self.encoding, max_prefix=cap, max_suffix=cap)
         offset = doc.offset_at(pos, self.encoding) - len(prefix)
@@ -336,7 +363,34 @@ class FimlsServer(LanguageServer):
                                  max_tokens=c.max_tokens, max_lines=c.max_lines,
                                  max_time_ms=c.max_time_ms,
                                  speculative=c.speculative, reuse_suffix=c.reuse_suffix,
-                                 neighbors=self._neighbor_texts(doc))
+                                 min_confidence=c.min_confidence,
+                                 neighbors=self._neighbor_texts(doc),
+                                 context=self._context_for(doc, pos, prefix, suffix, idle=idle),
+                                 context_tokens=c.context_tokens)
+
+    def _context_for(self, doc: TextDocument, pos: Pos, prefix: str, suffix: str, *,
+                     idle: bool) -> list[ContextChunk]:
+        """The other buffers' chunks for a cursor, kept stable while the user types.
+
+        A request near where the current set was chosen gets that set unchanged, so the
+        prompt's front (and its KV cache) stays. A request elsewhere, or the first in a
+        document, chooses a set. At idle (a pause after an edit) a set is chosen again
+        and replaces the current one only if it brings definitions the current one lacks;
+        the idle prefill that follows evaluates it before the next request.
+        """
+        budget = self.options.completion.context_tokens * CONTEXT_CHARS_PER_TOKEN
+        if budget <= 0 or len(self.docs.uris()) < 2:
+            return []
+        cur = self._context_sets.get(doc.uri)
+        if cur is not None and abs(cur[0] - pos.line) <= CONTEXT_REGION_LINES and not idle:
+            return cur[1]
+        chosen = self.context.select(doc.uri, prefix, suffix, budget)
+        if cur is not None and abs(cur[0] - pos.line) <= CONTEXT_REGION_LINES:
+            have = {c.key for c in cur[1]}
+            if all(c.key in have for c in chosen if c.source == "definition"):
+                return cur[1]
+        self._context_sets[doc.uri] = (pos.line, chosen)
+        return chosen
 
     def _neighbor_texts(self, doc: TextDocument, limit: int = 3) -> list[str]:
         """Up to ``limit`` other open buffers (their first 8k characters): a draft source."""
@@ -360,6 +414,7 @@ class FimlsServer(LanguageServer):
                                             self.encoding), self.encoding)
         req = self.make_request(doc, pos)
         version = doc.version
+        self.context.asked(uri, pos.line)
         if self._prefill_timer is not None:
             self._prefill_timer.cancel()  # a request is here: no idle work for now
             self._prefill_timer = None

@@ -43,7 +43,7 @@ def test_defaults() -> None:
         "cancelGraceMs": 5000, "maxTokens": 64, "maxLines": 8, "maxTimeMs": 1000,
         "speculative": "auto",
         "draftModel": None, "draftMax": 8, "ngramMax": 3, "idlePrefill": True,
-        "reuseSuffix": True,
+        "reuseSuffix": True, "contextTokens": 512, "minConfidence": 0.0,
         "latencyLog": None, "logLevel": "INFO",
     }
 
@@ -83,6 +83,9 @@ def test_snake_case_and_string_numbers() -> None:
     new, warnings = apply_dict(Options(), {"max_tokens": 5, "nCtx": "128", "threads": "2"})
     assert warnings == []
     assert (new.completion.max_tokens, new.model.n_ctx, new.model.threads) == (5, 128, 2)
+    new, warnings = apply_dict(Options(), {"minConfidence": "0.25", "contextTokens": "64"})
+    assert warnings == []
+    assert (new.completion.min_confidence, new.completion.context_tokens) == (0.25, 64)
 
 
 def test_nullable_options_reset() -> None:
@@ -207,6 +210,10 @@ def test_describe_lists_every_option() -> None:
     ("fimOrder", "x", "must be one of auto, psm, spm"),
     ("isolation", "fork", "must be one of process, thread"),
     ("model", 5, "must be a string path"),
+    ("minConfidence", 1.5, "must be between 0.0 and 1.0"),
+    ("minConfidence", "sure", "must be a number"),
+    ("minConfidence", float("nan"), "must be a number"),
+    ("contextTokens", -1, "must be >= 0"),
 ])
 def test_invalid_value_warning_says_what_is_allowed(key: str, bad: Any, reason: str) -> None:
     _, warnings = apply_dict(Options(), {key: bad})

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ import pytest
 from fimls.engine.api import CompletionRequest
 from fimls.engine.core import SUFFIX_FRESH_TOKENS, Engine, EngineConfig
 from fimls.models import CATALOGUE, resolve_model
-from fimls.tools.harness import utf16_len
+from fimls.tools.harness import close_doc, utf16_len
 from tests.lsp_helpers import end_position, inline, insert, open_doc, read_log, session
 
 QWEN = CATALOGUE["qwen2.5-coder-0.5b"]
@@ -350,3 +351,71 @@ async def test_accepting_a_suggestion_finds_the_next_one_ready(tmp_path: Path) -
     assert recs[1]["stop"] == "memo" and recs[1]["evaluated_tokens"] == 0, recs[1]
     assert after is not None and len(after.items) == 1
     assert "result.append(n)" in str(after.items[0].insert_text), after
+
+
+# --- confidence and the gate ------------------------------------------------------------
+
+
+def test_confidence_is_the_first_lines_least_likely_token_and_gates(engine: Engine) -> None:
+    req = CompletionRequest(uri="file:///c.py", version=1,
+                            prefix="def add(a, b):\n    return ", suffix="\n",
+                            max_tokens=16, speculative="off")
+    engine.reset()
+    shown = engine.complete(req, lambda: False)
+    conf, mean = shown.record.confidence, shown.record.confidence_mean
+    assert shown.text and conf is not None and mean is not None
+    assert 0.0 < conf <= mean <= 1.0
+    # Just above its own confidence the same suggestion is gated; at it, it is shown.
+    engine.reset()
+    gated = engine.complete(replace(req, min_confidence=conf + 1e-3), lambda: False)
+    assert gated.text == "" and gated.record.outcome == "gated"
+    assert gated.record.confidence == conf
+    engine.reset()
+    kept = engine.complete(replace(req, min_confidence=conf), lambda: False)
+    assert kept.text == shown.text and kept.record.outcome == "returned"
+
+
+async def test_a_gated_suggestion_is_not_shown(tmp_path: Path) -> None:
+    log = tmp_path / "lat.jsonl"
+    async with session(args=["--model", QWEN.name, "--latency-log", str(log),
+                             "--max-tokens", "12", "--min-confidence", "0.999"]) as (c, _):
+        uri = (tmp_path / "vague.py").as_uri()
+        text = "import os\n\n# \n"
+        open_doc(c, uri, text)
+        res = await inline(c, uri, 2, 2)
+    recs = read_log(log)
+    assert len(recs) == 1 and recs[0]["confidence"] is not None
+    if recs[0]["confidence"] < 0.999:
+        assert recs[0]["outcome"] == "gated" and (res is None or not res.items)
+    else:  # a model this sure of a comment would be shown
+        assert recs[0]["outcome"] == "returned" and res is not None and res.items
+
+
+# --- other buffers in the prompt ----------------------------------------------------------
+
+
+async def test_definitions_from_another_buffer_reach_the_prompt_and_leave_on_close(
+        tmp_path: Path) -> None:
+    log = tmp_path / "lat.jsonl"
+    util = ('def convert_amount(value, rate):\n    """Value in another currency."""\n'
+            "    return value * rate\n")
+    prefix = "from util import convert_amount\n\n\ndef run(v):\n    total = "
+    async with session(args=["--model", QWEN.name, "--latency-log", str(log),
+                             "--max-tokens", "8", "--speculative", "off",
+                             "--idle-prefill", "false"], workspace=tmp_path) as (c, _):
+        util_uri, app_uri = (tmp_path / "util.py").as_uri(), (tmp_path / "app.py").as_uri()
+        open_doc(c, util_uri, util)
+        open_doc(c, app_uri, prefix + "\n")
+        line, col = end_position(prefix)
+        await inline(c, app_uri, line, col)
+        insert(c, app_uri, 2, line, col, "c")
+        await inline(c, app_uri, line, col + 1)
+        close_doc(c, util_uri)
+        await inline(c, app_uri, line, col + 1)
+    first, typed, closed = read_log(log)
+    assert first["context_tokens"] > 0 and "definition:1" in first["context_sources"]
+    # Typing keeps the set: the front of the prompt (the other file) stays cached.
+    assert typed["context_tokens"] == first["context_tokens"]
+    assert typed["reused_tokens"] > typed["context_tokens"]
+    # Closed: nothing of it is sent again.
+    assert closed["context_tokens"] == 0 and closed["context_sources"] == ""

@@ -25,7 +25,9 @@ DOCUMENTED = {"ts", "uri", "version", "queue_ms", "prompt_ms", "ttft_ms", "decod
               "total_ms", "prompt_tokens", "reused_tokens", "generated_tokens",
               "drafted_tokens", "accepted_tokens", "draft", "outcome", "model"}
 # String-valued fields: identifiers and enums, never text from the document.
-STRING_FIELDS = {"uri", "request_id", "draft", "outcome", "model", "stop", "error"}
+# context_sources names kinds of chunks ("definition:2"), never their text.
+STRING_FIELDS = {"uri", "request_id", "draft", "outcome", "model", "stop", "error",
+                 "context_sources"}
 
 
 def record(**kw: Any) -> LatencyRecord:

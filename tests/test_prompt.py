@@ -8,10 +8,11 @@ Their ids are synthetic, so every expectation looks ids up by role.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 
+from fimls.context import ContextChunk
 from fimls.engine.llama import LlamaModel, Vocab
 from fimls.prompt import (
     WINDOW_QUANTUM,
@@ -506,3 +507,54 @@ def test_prefix_window_offset_matches_uncapped() -> None:
     # Without the offset the grid is the capped prefix's own, and the window differs.
     assert any(prefix_window(doc[-cap:], 3000) != prefix_window(doc, 3000)
                for cap in range(3001, 3001 + 2 * WINDOW_QUANTUM, 97))
+
+
+# --- other buffers' chunks (context) --------------------------------------------------
+
+HELPER = ContextChunk(path="lib/util.py", text="def helper(x, *, scale=2):\n    return x\n",
+                      source="definition", uri="file:///w/lib/util.py", line=0)
+OTHER = ContextChunk(path="lib/other.py", text="VALUE = 3\n", source="recent",
+                     uri="file:///w/lib/other.py", line=5)
+
+
+def test_context_as_repository_files(models: Models) -> None:
+    """Qwen2.5-Coder's repository layout: each chunk a file after the repository name, the
+    current file last, then the FIM sections; the prompt reports what it holds."""
+    vocab = vocab_of(models, "qwen2.5-coder")
+    t = detect_template(vocab)
+    inp = PromptInput(prefix="y = ", suffix="\n", repo_name="myrepo", rel_path="src/app.py",
+                      context=(HELPER, OTHER), context_tokens=400)
+    p = build_prompt(t, vocab, inp, 1024)
+    names = FAMILIES["qwen2.5-coder"]
+    head = decode(vocab, p.tokens[: p.tokens.index(t.pre)])
+    assert head == (f"{names['rep']}myrepo\n{names['sep']}lib/util.py\n{HELPER.text}"
+                    f"{names['sep']}lib/other.py\n{OTHER.text}{names['sep']}src/app.py\n")
+    assert p.context_sources == "definition:1,recent:1"
+    assert 0 < p.context_tokens < p.tokens.index(t.pre)
+
+
+def test_context_as_plain_header_without_repo_tokens(models: Models) -> None:
+    """A continuation model reads the chunks as commented file headers before the file."""
+    vocab = vocab_of(models, "plain")
+    t = detect_template(vocab)
+    inp = PromptInput(prefix="y = helper(", suffix="", rel_path="src/app.py",
+                      context=(HELPER,), context_tokens=400)
+    text = decode(vocab, build_prompt(t, vocab, inp, 1024).tokens)
+    assert text.lstrip().startswith(f"# lib/util.py\n{HELPER.text}\n")
+    assert text.rstrip().endswith("y = helper")  # the healed cursor token is forced later
+
+
+def test_context_within_its_budget_and_half_the_window(models: Models) -> None:
+    vocab = vocab_of(models, "qwen2.5-coder")
+    t = detect_template(vocab)
+    big = ContextChunk(path="big.py", text=long_code(60), source="ring", uri="u", line=0)
+    base = PromptInput(prefix=long_code(300), suffix=long_code(50, "s"), repo_name="r",
+                       rel_path="a.py", context=(big, HELPER), context_tokens=64)
+    p = build_prompt(t, vocab, base, 1024)
+    # The big chunk does not fit 64 tokens: it is left out, the small one after it is kept.
+    assert p.context_sources == "definition:1"
+    assert len(p.tokens) <= 1024
+    wide = build_prompt(t, vocab, replace(base, context_tokens=100_000), 512)
+    assert wide.context_tokens <= 256 and len(wide.tokens) <= 512
+    none = build_prompt(t, vocab, replace(base, context=()), 1024)
+    assert none.context_tokens == 0 and none.context_sources == ""

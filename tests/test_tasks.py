@@ -304,3 +304,42 @@ def test_bench_and_readme_name_only_what_is_in_the_repository(
         main(["bench", "--help"])
     assert "fimls tasks from-git" in " ".join(capsys.readouterr().out.split())
     assert "fimls tasks from-git" in (root / "README.md").read_text(encoding="utf-8")
+
+
+@needs_git
+def test_cross_file_tasks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A call of a function defined in exactly one other file: the cursor before the name,
+    the defining file and unrelated ones listed to open; same-file and ambiguous names are
+    no task, nor is a second call of the same name in one file."""
+    repo = tmp_path / "proj"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    git(repo, "config", "user.name", "Test")
+    git(repo, "config", "user.email", "test@example.com")
+    git(repo, "config", "commit.gpgsign", "false")
+    commit(repo, {
+        "pkg/money.py": "def convert_amount(value, rate):\n    return value * rate\n",
+        "pkg/dup_a.py": "def shared_name():\n    pass\n",
+        "pkg/dup_b.py": "def shared_name():\n    pass\n",
+        "pkg/app.py": ("from pkg.money import convert_amount\n\n"
+                       "def local_helper():\n    return 1\n\n"
+                       "def run(v):\n    x = local_helper()\n    y = shared_name()\n"
+                       "    total = convert_amount(v, rate=0.5)\n"
+                       "    again = convert_amount(v, rate=2)\n    return total\n"),
+        "pkg/misc.py": "A = 1\n",
+        "pkg/more.py": "B = 2\n",
+    }, "files")
+    made, skipped = T.cross_file(repo, n=10, seed=0)
+    assert [t["target"] for t in made] == ["convert_amount(v, rate=0.5)"]
+    assert skipped["defined in the same file"] == 1  # local_helper
+    t = made[0]
+    assert t["prefix"].endswith("    total = ") and t["suffix"].startswith("\n    again")
+    assert t["defined_in"] == "pkg/money.py" and t["path"] == "pkg/app.py"
+    opened = [o["path"] for o in t["open"]]
+    assert opened[0] == "pkg/money.py" and len(opened) == 3
+    assert "pkg/app.py" not in opened[1:] and "pkg/money.py" not in opened[1:]
+    out = tmp_path / "cross.jsonl"
+    assert main(["tasks", "cross-file", str(repo), "--out", str(out)]) == 0
+    _, loaded = load_tasks(str(out), 10)
+    assert loaded[0].path == "pkg/app.py" and loaded[0].open[0][0] == "pkg/money.py"
+    assert "def convert_amount" in loaded[0].open[0][1]

@@ -10,12 +10,13 @@ import itertools
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 from typing import Protocol
 
 from fimls.config import CompletionOptions, ModelOptions
+from fimls.context import ContextChunk
 from fimls.latency import LatencyRecord
 
 _ids = itertools.count(1)
@@ -40,7 +41,11 @@ class CompletionRequest:
     max_time_ms: int = 0
     speculative: str = CompletionOptions.speculative
     reuse_suffix: bool = CompletionOptions.reuse_suffix
+    min_confidence: float = 0.0  # below this a suggestion is not shown (outcome "gated")
     neighbors: list[str] = field(default_factory=list)  # text of other open buffers
+    # Chunks of other buffers for the prompt's front (fimls.context), and their most tokens.
+    context: list[ContextChunk] = field(default_factory=list)
+    context_tokens: int = CompletionOptions.context_tokens
     # Idle work, no answer: "open" evaluates the opening of the document in ``prefix``
     # (the cursor is unknown), "cursor" the prompt at this cursor, "next" also generates
     # the suggestion here and remembers it (the prefix ends with the one shown: prefetch).
@@ -52,6 +57,8 @@ class CompletionRequest:
         self.prefix = scrub(self.prefix)
         self.suffix = scrub(self.suffix)
         self.neighbors = [scrub(t) for t in self.neighbors]
+        self.context = [replace(c, text=scrub(c.text), path=scrub(c.path))
+                        for c in self.context]
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -72,7 +79,7 @@ class CompletionResult:
 
     @property
     def outcome(self) -> str:
-        """returned, empty, superseded, cancelled or error."""
+        """returned, empty, gated, superseded, cancelled or error."""
         return self.record.outcome
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from fimls.drafting import Draft, DraftPolicy, PromptLookupDraft, monotone
 from fimls.engine.api import CompletionRequest, CompletionResult, EngineConfig
@@ -96,6 +97,8 @@ class _Decoding:
     prompt_done: bool = False
     t_first: float | None = None
     sources: dict[str, int] = field(default_factory=dict)  # accepted tokens per source
+    line_probs: list[float] = field(default_factory=list)  # greedy tokens of the first line
+    line_done: bool = False
 
 
 class Engine:
@@ -113,6 +116,9 @@ class Engine:
         self.model_name = catalogue_name(cfg.model_path) or cfg.model_path.name
         self.kv: list[int] = []
         self.nxt: list[int | None] = []
+        # Probability of the greedy token after each position, where nxt was computed:
+        # every place that sets an nxt entry sets this one too (via _greedy_at).
+        self.nprob: dict[int, float] = {}
         self._fresh_from = 0
         self._evaluated = 0
         # Sorting every token's piece once makes token healing a bisect, not a vocab scan.
@@ -288,6 +294,7 @@ class Engine:
         self.model.kv_truncate(0)
         self.kv = []
         self.nxt = []
+        self.nprob.clear()
         self.memo = SuggestionMemo()
 
     # -- prompt -------------------------------------------------------------------------
@@ -305,8 +312,8 @@ class Engine:
     def build(self, req: CompletionRequest) -> Prompt:
         """The canonical prompt for a request."""
         inp = PromptInput(prefix=req.prefix, suffix=req.suffix, prefix_offset=req.prefix_offset,
-                          repo_name=req.repo_name,
-                          rel_path=req.rel_path)
+                          repo_name=req.repo_name, rel_path=req.rel_path,
+                          context=tuple(req.context), context_tokens=req.context_tokens)
         return build_prompt(self.template, self.vocab, inp, self.prompt_budget(req.max_tokens))
 
     def _align_with_path(self, prompt: Prompt) -> tuple[list[int], bytes]:
@@ -410,7 +417,7 @@ class Engine:
         self._fresh_from = min(self._fresh_from, common)
         self.kv = list(tokens)
         self.nxt = self.nxt[:common] + [None] * (n - common)
-        self.nxt[n - 1] = int(np.argmax(self.model.logits(0)))
+        self.nxt[n - 1] = self._greedy_at(n - 1, self.model.logits(0))
         rec.shifted_tokens = length - fresh
         rec.prompt_ms = (time.perf_counter() - t0) * 1000.0
         return n
@@ -437,11 +444,19 @@ class Engine:
         self._evaluated += done
         if done < n - start:
             raise Cancelled
-        self.nxt[n - 1] = int(np.argmax(self.model.logits(-1)))
+        self.nxt[n - 1] = self._greedy_at(n - 1, self.model.logits(-1))
         if done == 1:
             self.policy.observe(0, dt)
         else:
             self._observe_prefill(done, dt)
+
+    def _greedy_at(self, pos: int, logits: npt.NDArray[np.float32]) -> int:
+        """The greedy token after position ``pos``; its probability goes to ``nprob``
+        (the suggestion's confidence is made of these)."""
+        tok = int(np.argmax(logits))
+        top = float(logits[tok])
+        self.nprob[pos] = 1.0 / float(np.sum(np.exp(logits - top, dtype=np.float32)))
+        return tok
 
     def _verify(self, seq: list[int], draft: list[int]) -> int:
         """Evaluate ``[seq[-1]] + draft`` in one batch; keep the agreeing prefix.
@@ -456,7 +471,7 @@ class Engine:
             self.model.kv_truncate(n - 1)
             raise Cancelled
         self._evaluated += len(batch)
-        preds = [int(np.argmax(self.model.logits(i))) for i in range(len(batch))]
+        preds = [self._greedy_at(n - 1 + i, self.model.logits(i)) for i in range(len(batch))]
         self.policy.observe(len(draft), time.perf_counter() - t0)
         a = 0
         while a < len(draft) and preds[a] == draft[a]:
@@ -487,6 +502,12 @@ class Engine:
                 text = ""
             else:
                 text = self._run(req, rec, cancelled)
+                if (text and req.min_confidence > 0 and rec.confidence is not None
+                        and rec.confidence < req.min_confidence):
+                    # Likely wrong: not shown. The memo keeps it, so typing it anyway
+                    # still finds it (a suggestion the user writes out is shown then).
+                    rec.outcome = "gated"
+                    text = ""
         except Cancelled:
             rec.outcome = "cancelled"
             text = ""
@@ -497,7 +518,7 @@ class Engine:
         rec.model_ms = (t_end - t_start) * 1000.0
         if req.prefill:
             rec.outcome = "prefill" if rec.outcome != "cancelled" else "prefill_stopped"
-        elif rec.outcome != "cancelled":
+        elif rec.outcome not in ("cancelled", "gated"):
             rec.outcome = "returned" if text else "empty"
         return CompletionResult(text=text, record=rec)
 
@@ -517,7 +538,8 @@ class Engine:
             tokens, common = st.seq, st.common
         else:
             inp = PromptInput(prefix=req.prefix, suffix="", repo_name=req.repo_name,
-                              rel_path=req.rel_path)
+                              rel_path=req.rel_path, context=tuple(req.context),
+                              context_tokens=req.context_tokens)
             tokens = opening_prompt(self.template, self.vocab, inp,
                                     self.prompt_budget(req.max_tokens))
             common = _lcp(tokens, self.kv)
@@ -660,10 +682,20 @@ class Engine:
             if tok is None:
                 rec.stop = "no_token"
                 break
-            if self._emit(st, tok):
+            if not st.line_done and tok == greedy[0] and not st.remaining:
+                # Forced (healed) text is the user's, not the model's guess: not counted.
+                st.line_probs.append(self.nprob.get(len(st.seq) - 1, 1.0))
+            stop = self._emit(st, tok)
+            if not st.line_done:
+                head = st.out.lstrip(b" \t\r\n")
+                st.line_done = b"\n" in head or b"\r" in head
+            if stop:
                 break
         rec.generated_tokens = len(st.gen)
         rec.evaluated_tokens = self._evaluated
+        if st.line_probs:
+            rec.confidence = round(min(st.line_probs), 4)
+            rec.confidence_mean = round(sum(st.line_probs) / len(st.line_probs), 4)
         if st.sources:
             rec.draft = max(st.sources, key=lambda k: st.sources[k])
         if st.t_first is not None:
@@ -688,6 +720,8 @@ class Engine:
         if spec and self.template.kind == "continuation":
             tokens, constraint = self._align_with_path(prompt)
         rec.prompt_tokens = len(tokens)
+        rec.context_tokens = prompt.context_tokens
+        rec.context_sources = prompt.context_sources
         self._fresh_from = len(self.kv)  # nxt below this index predates the request
         self._evaluated = 0
         if not tokens:

@@ -95,6 +95,7 @@ class BenchResult:
     keystroke: dict[str, Any] = field(default_factory=dict)
     editor: dict[str, Any] = field(default_factory=dict)
     suffix: dict[str, Any] = field(default_factory=dict)  # per model: run_suffix_bench
+    cross: dict[str, Any] = field(default_factory=dict)  # per model: alone / others open
 
 
 def _stats(values: Sequence[float]) -> dict[str, float]:
@@ -193,6 +194,55 @@ def format_quality_table(summary: dict[str, dict[str, dict[str, Any]]]) -> str:
                 f"{kind:<{w}}{cfg:<8}{int(q['tasks']):>6}{q['line_exact']:>11.3f}"
                 f"{q['exact']:>7.3f}{q['prefix_ratio']:>8.3f}{q['edit_similarity']:>9.3f}"
                 f"{q['empty_rate']:>7.2f}{r['ttft_ms']['p50']:>10.0f}{r['total_ms']['p50']:>10.0f}")
+    return "\n".join(lines)
+
+
+GATE_THRESHOLDS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
+
+
+def gate_table(runs: list[Run], config: str = "off",
+               thresholds: Sequence[float] = GATE_THRESHOLDS) -> dict[str, list[dict[str, Any]]]:
+    """The confidence gate per task set and threshold, on the runs of one configuration.
+
+    For each threshold and each measure (``confidence``: the first line's least likely
+    token; ``confidence_mean``: their mean): how many non-empty suggestions would be
+    shown, the precision of those (first line right) and the recall (right ones still
+    shown, of all right ones).
+    """
+    out: dict[str, list[dict[str, Any]]] = {}
+    for kind in sorted({r.kind for r in runs}):
+        rows = [r for r in runs if r.kind == kind and r.config == config and r.text]
+        right = [quality.score(r.text, r.target).line_exact for r in rows]
+        n_right = sum(right)
+        table = []
+        for t in thresholds:
+            row: dict[str, Any] = {"threshold": t, "suggestions": len(rows)}
+            for measure in ("confidence", "confidence_mean"):
+                # No confidence (memo, forced text only): never gated.
+                conf = [1.0 if r.record.get(measure) is None else float(r.record[measure])
+                        for r in rows]
+                shown = [ok for c, ok in zip(conf, right, strict=True) if c >= t]
+                row[measure] = {"shown": len(shown),
+                                "precision": sum(shown) / len(shown) if shown else float("nan"),
+                                "recall": sum(shown) / n_right if n_right else float("nan")}
+            table.append(row)
+        out[kind] = table
+    return out
+
+
+def format_gate_table(gates: dict[str, list[dict[str, Any]]]) -> str:
+    """Shown / precision / recall per threshold, for both confidence measures."""
+    w = max([18, *(len(k) + 2 for k in gates)])
+    head = (f"{'task set':<{w}}{'min conf':>9}{'shown':>7}{'precision':>10}{'recall':>8}   "
+            f"{'shown':>7}{'precision':>10}{'recall':>8}  (least likely token | mean)")
+    lines = [head, "-" * len(head)]
+    for kind, table in gates.items():
+        for row in table:
+            a, b = row["confidence"], row["confidence_mean"]
+            lines.append(f"{kind:<{w}}{row['threshold']:>9.2f}"
+                         f"{a['shown']:>4}/{row['suggestions']:<3}{a['precision']:>9.3f}"
+                         f"{a['recall']:>8.3f}   {b['shown']:>4}/{row['suggestions']:<3}"
+                         f"{b['precision']:>9.3f}{b['recall']:>8.3f}")
     return "\n".join(lines)
 
 

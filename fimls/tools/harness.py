@@ -40,6 +40,9 @@ class Task:
     prefix: str
     suffix: str
     target: str
+    path: str = ""  # the document's path in its repository, when known
+    # Other files of the repository an editor would have open: (path, text).
+    open: tuple[tuple[str, str], ...] = ()
 
 
 def _open_text(path: Path) -> Iterable[str]:
@@ -77,7 +80,10 @@ def load_tasks(spec: str, n: int, stride: int | None = None) -> tuple[str, list[
         target = t.get("target", t.get("canonical_solution", ""))
         if prefix is None or "suffix" not in t:
             raise ValueError(f"{path}: each line needs prefix (or prompt) and suffix")
-        rows.append(Task(str(t.get("task_id", len(rows))), prefix, t["suffix"], target))
+        rows.append(Task(str(t.get("task_id", len(rows))), prefix, t["suffix"], target,
+                         path=str(t.get("path", "")),
+                         open=tuple((str(o["path"]), str(o["text"]))
+                                    for o in t.get("open", []))))
     if not rows:
         raise ValueError(f"{path}: no tasks")
     step = stride or max(1, len(rows) // max(1, n))
@@ -100,7 +106,8 @@ def utf16_position(text: str) -> tuple[int, int]:
     return line, utf16_len(text[start:])
 
 
-async def start_client(cmd: list[str], name: str, timeout: float = 600.0) -> LanguageClient:
+async def start_client(cmd: list[str], name: str, timeout: float = 600.0,
+                       root_uri: str | None = None) -> LanguageClient:
     """Start ``cmd`` (a ``fimls serve``), initialize it as an editor with progress support
     would, and return the pygls client once the model-loading progress has ended."""
     client = LanguageClient(name, "1")
@@ -118,6 +125,8 @@ async def start_client(cmd: list[str], name: str, timeout: float = 600.0) -> Lan
             ready.set()
 
     await client.initialize_async(types.InitializeParams(
+        root_uri=root_uri,
+        workspace_folders=[types.WorkspaceFolder(uri=root_uri, name="repo")] if root_uri else None,
         capabilities=types.ClientCapabilities(
             window=types.WindowClientCapabilities(work_done_progress=True))))
     client.initialized(types.InitializedParams())

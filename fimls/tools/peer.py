@@ -78,13 +78,24 @@ def summarize_editor(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 async def _fimls_session(cmd: list[str], tasks: Sequence[Task], typing: int, open_wait: float,
-                         progress: Callable[[str], None] | None) -> list[dict[str, Any]]:
+                         progress: Callable[[str], None] | None,
+                         open_extra: bool = False, in_repo: bool = False,
+                         ) -> list[dict[str, Any]]:
     from lsprotocol import types
 
-    client = await start_client(cmd, "fimls-bench-editor")
+    root = "file:///bench/repo" if open_extra or in_repo else None
+    client = await start_client(cmd, "fimls-bench-editor", root_uri=root)
     rows = []
     for ti, task in enumerate(tasks):
         uri = f"file:///bench/editor/{ti}/main.py"
+        extra: list[str] = []
+        if root:
+            uri = f"{root}/{task.path or 'main.py'}"
+        if open_extra:
+            # The task's other files first, as an editor with several buffers would have.
+            for path, body in task.open:
+                extra.append(f"{root}/{path}")
+                open_doc(client, extra[-1], body)
         open_doc(client, uri, task.prefix + task.suffix)
         if open_wait:
             await asyncio.sleep(open_wait)
@@ -107,6 +118,8 @@ async def _fimls_session(cmd: list[str], tasks: Sequence[Task], typing: int, ope
             line, col = (line + 1, 0) if ch == "\n" else (line, col + utf16_len(ch))
         rows.append(_row(task, lat, first))
         close_doc(client, uri)
+        for u in extra:
+            close_doc(client, u)
         if progress:
             progress("fimls")
     await stop_client(client)
@@ -115,15 +128,19 @@ async def _fimls_session(cmd: list[str], tasks: Sequence[Task], typing: int, ope
 
 def run_fimls(serve_args: list[str], tasks: Sequence[Task], *, typing: int,
               open_wait: float = 0.0, latency_log: Path | None = None,
-              progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
-    """Drive one ``fimls serve`` (started with ``serve_args``) over the tasks, as an editor."""
+              progress: Callable[[str], None] | None = None,
+              open_extra: bool = False, in_repo: bool = False) -> list[dict[str, Any]]:
+    """Drive one ``fimls serve`` (started with ``serve_args``) over the tasks, as an editor
+    (``in_repo``: each document at its path in a workspace; ``open_extra``: also with the
+    task's other files open first)."""
     import sys
 
     cmd = [sys.executable, "-m", "fimls", "serve", *serve_args, "--log-level", "WARNING"]
     if latency_log is not None:
         latency_log.unlink(missing_ok=True)
         cmd += ["--latency-log", str(latency_log)]
-    return asyncio.run(_fimls_session(cmd, tasks, typing, open_wait, progress))
+    return asyncio.run(_fimls_session(cmd, tasks, typing, open_wait, progress, open_extra,
+                                      in_repo))
 
 
 def _post(url: str, body: dict[str, Any], timeout: float = 600.0) -> dict[str, Any]:

@@ -477,3 +477,90 @@ def write_jsonl(tasks: Iterable[dict[str, Any]], out: TextIO) -> int:
         out.write(json.dumps(task) + "\n")
         count += 1
     return count
+
+
+_TOP_DEF = re.compile(r"^(?:async\s+)?(?:def|class)\s+([A-Za-z_]\w*)", re.M)
+
+
+def cross_file(repo: Path | str, *, n: int = 100, seed: int = 0, rev: str = "HEAD",
+               limits: Limits | None = None, unrelated: int = 2,
+               ) -> tuple[list[dict[str, Any]], Counter[str]]:
+    """Up to ``n`` cross-file tasks from the files of ``repo`` at ``rev``.
+
+    A task is a line that calls a function or class defined (at the top level) in exactly
+    one other file and nowhere else in the repository: the cursor sits before the called
+    name, the target is the rest of the line. Only the first such call in a file is used,
+    so the prefix does not show the call already. The task's ``open`` list holds the
+    defining file and ``unrelated`` other files (an editor's other buffers), so a
+    benchmark can compare quality with and without them open.
+    """
+    limits = limits or Limits()
+    repo = Path(repo)
+    where = repo.resolve()
+    name = where.parent.name if where.name == ".git" else where.name
+    name = name[:-4] if name.endswith(".git") else name
+    rng = random.Random(seed)
+    skipped: Counter[str] = Counter()
+    listing = _git(repo, "ls-tree", "-r", "--name-only", rev).decode("utf-8", "replace")
+    texts: dict[str, str] = {}
+    for path in sorted(listing.splitlines()):
+        if (PurePosixPath(path).suffix.lower() not in limits.extensions
+                or language_of(path) is None or is_generated_path(path)):
+            continue
+        text, why = decode_source(_git(repo, "cat-file", "blob", f"{rev}:{path}"), limits)
+        if text is None:
+            skipped[why] += 1
+            continue
+        texts[path] = text
+    from fimls.context import definitions
+
+    top: dict[str, set[str]] = {}  # name -> files defining it at the top level
+    anywhere: dict[str, set[str]] = {}  # name -> files defining it at all
+    for path, text in texts.items():
+        for m in _TOP_DEF.finditer(text):
+            top.setdefault(m.group(1), set()).add(path)
+        for ident in definitions(text):
+            anywhere.setdefault(ident, set()).add(path)
+    unique = {k: next(iter(v)) for k, v in top.items()
+              if len(v) == 1 and anywhere.get(k) == v and len(k) > 3}
+    call = re.compile(r"(?<![\w.])(" + "|".join(sorted(map(re.escape, unique), key=len,
+                                                           reverse=True)) + r")\(") \
+        if unique else None
+    pools: list[list[dict[str, Any]]] = []
+    paths = sorted(texts)
+    for path in paths:
+        if call is None:
+            break
+        text = texts[path]
+        used: set[str] = set()
+        pool = []
+        offset = 0
+        for line in split_lines(text):
+            body = line.lstrip()
+            found = call.search(line)
+            if (found and not body.startswith(("def ", "class ", "#", "import ", "from ", "@"))
+                    and found.group(1) not in used):
+                m = found
+                ident = m.group(1)
+                used.add(ident)
+                home = unique[ident]
+                rest = line[m.start():].rstrip("\r\n")
+                if home != path and len(rest) > len(ident) + 2:
+                    others = [p for p in paths if p not in (path, home)
+                              and ident not in texts[p]]
+                    extra = rng.sample(others, min(unrelated, len(others)))
+                    cut = offset + m.start()
+                    pool.append({
+                        "task_id": f"{name}/{path}:{ident}", "prefix": text[:cut],
+                        "suffix": text[cut + len(rest):], "target": rest,
+                        "kind": "cross-file", "language": language_of(path) or "",
+                        "path": path, "defined_in": home, "repo": name,
+                        "open": [{"path": p, "text": texts[p]} for p in [home, *extra]]})
+                elif home == path:
+                    skipped["defined in the same file"] += 1
+            offset += len(line)
+        if pool:
+            rng.shuffle(pool)
+            pools.append(pool)
+    rng.shuffle(pools)
+    return _round_robin(pools, n), skipped

@@ -1,0 +1,257 @@
+"""Context beyond the file: chunks of the other open buffers for the front of the prompt.
+
+A completion that calls code from another file needs that file's signatures. This module
+keeps, for the open buffers only, what is needed to choose such chunks:
+
+* a definition index (``def``/``class``/functions/top-level assignments) per buffer,
+  rebuilt lazily after an edit;
+* where the user last edited or asked for a completion in each buffer;
+* a ring of chunks (64 lines around the places the user worked at), in the manner of
+  llama.vim's ring buffer: at most 16, a new chunk replaces a very similar old one.
+
+:meth:`ContextStore.select` picks a bounded set for a cursor: the definitions of the
+identifiers near it that live in other buffers first, then the recently edited regions of
+other buffers, then ring chunks. The server decides *when* a set changes (at idle, or for a
+request at a place no set was chosen for), so typing never changes the prompt's front and
+the KV cache keeps it. Closing a buffer removes everything this module holds of it.
+No lsprotocol here: the server feeds plain text and line numbers.
+"""
+
+from __future__ import annotations
+
+import builtins
+import keyword
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+log = logging.getLogger(__name__)
+
+RING_SIZE = 16  # chunks, as llama.vim's ring_n_chunks
+RING_CHUNK_LINES = 64  # as llama.vim's ring_chunk_size
+RING_SIMILAR = 0.9  # a new chunk this similar to an old one replaces it
+DEF_LINES = 10  # most lines kept of one definition
+RECENT_LINES = 12  # lines around the last edit or request in another buffer
+NEAR_BEFORE = 24  # lines before the cursor whose identifiers are looked up
+NEAR_AFTER = 4
+CHARS_PER_TOKEN = 3  # a safe guess for code; the engine counts exactly and trims
+
+_DEF = re.compile(
+    r"^(?P<indent>[ \t]*)(?:export\s+)?(?:pub(?:\([^)]*\))?\s+)?(?:async\s+)?"
+    r"(?:def|class|function|func|fn|fun|interface|struct|trait|enum|type)\s+"
+    r"(?:\([^)]*\)\s*)?(?P<name>[A-Za-z_]\w*)", re.M)
+_ASSIGN = re.compile(
+    r"^(?:export\s+)?(?:(?:const|let|var)\s+)?(?P<name>[A-Za-z_]\w*)\s*(?::[^=\n]*)?=(?!=)",
+    re.M)
+_IDENT = re.compile(r"[A-Za-z_]\w*")
+_COMMON = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist) | frozenset(
+    dir(builtins)) | {
+    "self", "cls", "this", "true", "false", "null", "nil", "const", "let", "var", "func",
+    "function", "return", "fn", "pub", "int", "str", "bool", "float", "string", "void"}
+
+
+@dataclass(frozen=True)
+class ContextChunk:
+    """Text of another buffer, where it is from and why it was chosen."""
+
+    path: str  # shown to the model: relative to the workspace when possible
+    text: str
+    source: str  # "definition", "recent" or "ring"
+    uri: str = ""
+    line: int = 0
+
+    @property
+    def key(self) -> tuple[str, int, str]:
+        """Identity within a set (the text may be refreshed, the place stays)."""
+        return (self.uri, self.line, self.source)
+
+
+def definitions(text: str) -> dict[str, list[int]]:
+    """Identifier -> lines (0-based) where ``text`` defines it."""
+    out: dict[str, list[int]] = {}
+    starts = [0]
+    for m in re.finditer("\n", text):
+        starts.append(m.end())
+
+    def line_of(pos: int) -> int:
+        lo, hi = 0, len(starts) - 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if starts[mid] <= pos:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    for rx in (_DEF, _ASSIGN):
+        for m in rx.finditer(text):
+            name = m.group("name")
+            if name in _COMMON:
+                continue
+            out.setdefault(name, []).append(line_of(m.start()))
+    return out
+
+
+def definition_chunk(lines: list[str], at: int, max_lines: int = DEF_LINES) -> str:
+    """The definition starting at line ``at``: its header, docstring and first lines, or
+    for a class its header and the signatures of its methods, until the block ends."""
+    head = lines[at]
+    indent = len(head) - len(head.lstrip())
+    is_class = bool(re.match(r"\s*(?:export\s+)?class\b", head))
+    out = [head]
+    for ln in lines[at + 1:]:
+        if len(out) >= max_lines:
+            break
+        body = ln.strip()
+        if body and len(ln) - len(ln.lstrip()) <= indent and not body.startswith((")", "]", "}")):
+            break  # the block ended
+        if is_class and len(out) > 2 and not re.match(r"\s*(?:async\s+)?def\s|\s*@", ln):
+            continue  # a class: its methods' signatures, not their bodies
+        out.append(ln)
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _similarity(a: str, b: str) -> float:
+    """Share of lines in common (llama.vim evicts ring chunks by this measure)."""
+    la, lb = a.splitlines(), b.splitlines()
+    if not la or not lb:
+        return 0.0
+    common = len(set(la) & set(lb))
+    return 2.0 * common / (len(la) + len(lb))
+
+
+@dataclass
+class _Buffer:
+    path: str
+    text_of: Callable[[], str | None]
+    defs: dict[str, list[int]] | None = None  # None: rebuild on next use
+    last_line: int | None = None  # last edit or request
+    ring_line: int | None = None  # where its last ring chunk was taken
+
+
+@dataclass
+class ContextStore:
+    """What the server knows of its open buffers, for choosing context chunks."""
+
+    ring_size: int = RING_SIZE
+    _buffers: dict[str, _Buffer] = field(default_factory=dict)
+    _ring: list[ContextChunk] = field(default_factory=list)
+
+    def open(self, uri: str, path: str, text_of: Callable[[], str | None]) -> None:
+        """A buffer was opened; ``text_of`` reads its current text (no copy is kept)."""
+        self._buffers[uri] = _Buffer(path=path, text_of=text_of)
+
+    def changed(self, uri: str, line: int | None) -> None:
+        """The buffer changed (at ``line`` when known)."""
+        buf = self._buffers.get(uri)
+        if buf is not None:
+            buf.defs = None
+            if line is not None:
+                buf.last_line = line
+
+    def asked(self, uri: str, line: int) -> None:
+        """A completion was asked at ``line``: a recent place, and a ring chunk."""
+        buf = self._buffers.get(uri)
+        if buf is None:
+            return
+        buf.last_line = line
+        if buf.ring_line is not None and abs(buf.ring_line - line) < RING_CHUNK_LINES // 4:
+            return  # typing on: the chunk taken here still stands
+        text = buf.text_of()
+        if text is None:
+            return
+        buf.ring_line = line
+        lines = text.splitlines()
+        lo = max(0, line - RING_CHUNK_LINES // 2)
+        chunk = "\n".join(lines[lo:lo + RING_CHUNK_LINES]).strip("\n")
+        if chunk.strip():
+            self._add_ring(ContextChunk(path=buf.path, text=chunk + "\n", source="ring",
+                                        uri=uri, line=lo))
+
+    def close(self, uri: str) -> None:
+        """Forget the buffer: its index, its places and its ring chunks."""
+        self._buffers.pop(uri, None)
+        self._ring = [c for c in self._ring if c.uri != uri]
+
+    def uris(self) -> list[str]:
+        """The open buffers this store knows."""
+        return list(self._buffers)
+
+    def _add_ring(self, chunk: ContextChunk) -> None:
+        self._ring = [c for c in self._ring
+                      if not (c.uri == chunk.uri and _similarity(c.text, chunk.text)
+                              > RING_SIMILAR)]
+        self._ring.append(chunk)
+        del self._ring[:-self.ring_size]
+
+    def _defs(self, buf: _Buffer, text: str) -> dict[str, list[int]]:
+        if buf.defs is None:
+            buf.defs = definitions(text)
+        return buf.defs
+
+    def select(self, uri: str, prefix: str, suffix: str, char_budget: int) -> list[ContextChunk]:
+        """The chunks for a cursor between ``prefix`` and ``suffix`` of ``uri``, most
+        useful first, within about ``char_budget`` characters."""
+        if char_budget <= 0:
+            return []
+        cur = self._buffers.get(uri)
+        own = definitions(prefix[-20000:] + suffix[:20000]) if cur is None else None
+        if cur is not None:
+            text = cur.text_of()
+            own = self._defs(cur, text) if text is not None else {}
+        before = prefix.splitlines()[-NEAR_BEFORE:]
+        after = suffix.splitlines()[:NEAR_AFTER + 1]
+        # Closest to the cursor first: the current line's, then upwards, then below.
+        near: list[str] = []
+        for ln in [*reversed(before), *after]:
+            for name in reversed(_IDENT.findall(ln)):
+                if name not in near and name not in _COMMON and name not in (own or {}):
+                    near.append(name)
+        others: dict[str, tuple[_Buffer, list[str], dict[str, list[int]]]] = {}
+        for u, buf in self._buffers.items():
+            if u == uri:
+                continue
+            text = buf.text_of()
+            if text is None:
+                continue
+            others[u] = (buf, text.splitlines(), self._defs(buf, text))
+        chosen: list[ContextChunk] = []
+        used = 0
+
+        def take(chunk: ContextChunk) -> bool:
+            nonlocal used
+            if any(c.key == chunk.key or (c.uri == chunk.uri and c.text in chunk.text)
+                   for c in chosen):
+                return True
+            if used + len(chunk.text) > char_budget:
+                return False
+            chosen.append(chunk)
+            used += len(chunk.text)
+            return True
+
+        for name in near:
+            for u, (buf, lines, defs) in others.items():
+                for at in defs.get(name, [])[:2]:
+                    if at < len(lines):
+                        take(ContextChunk(path=buf.path, text=definition_chunk(lines, at),
+                                          source="definition", uri=u, line=at))
+        for u, (buf, lines, _defs) in others.items():
+            if buf.last_line is not None and lines:
+                lo = max(0, min(buf.last_line, len(lines) - 1) - RECENT_LINES // 2)
+                text = "\n".join(lines[lo:lo + RECENT_LINES]).strip("\n")
+                if text.strip():
+                    take(ContextChunk(path=buf.path, text=text + "\n", source="recent",
+                                      uri=u, line=lo))
+        for c in reversed(self._ring):
+            if c.uri != uri and c.uri in others:
+                take(c)
+        return chosen
+
+
+def sources_of(chunks: list[ContextChunk]) -> str:
+    """``definition:2,recent:1``: which sources a set used, for the latency log."""
+    counts: dict[str, int] = {}
+    for c in chunks:
+        counts[c.source] = counts.get(c.source, 0) + 1
+    return ",".join(f"{k}:{v}" for k, v in counts.items())

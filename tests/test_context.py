@@ -1,0 +1,107 @@
+"""Tests for fimls.context: the definition index, chunk choice and what closing forgets."""
+
+from __future__ import annotations
+
+from fimls.context import (
+    RING_SIZE,
+    ContextStore,
+    definition_chunk,
+    definitions,
+    sources_of,
+)
+
+UTIL = '''import os
+
+class Store(Base):
+    """Keeps things."""
+    def __init__(self, root, *, ttl=60):
+        self.root = root
+        self.items = {}
+    def put(self, key, value):
+        self.items[key] = value
+
+def compute_total(items, tax=0.1):
+    """The sum, taxed."""
+    return sum(items) * (1 + tax)
+
+LIMIT = 3
+'''
+
+
+def store_with(texts: dict[str, str]) -> ContextStore:
+    """A store whose buffers read from ``texts`` (edit the dict to edit a buffer)."""
+    store = ContextStore()
+    for uri in texts:
+        store.open(uri, uri.rsplit("/", 1)[-1], lambda u=uri: texts.get(u))
+    return store
+
+
+def test_definitions_index_functions_classes_and_assignments() -> None:
+    defs = definitions(UTIL)
+    assert defs["Store"] == [2] and defs["compute_total"] == [10] and defs["LIMIT"] == [14]
+    assert defs["put"] == [7]  # methods too: a call may name them
+    assert "os" not in defs and "self" not in defs
+
+
+def test_a_function_chunk_is_its_head_and_a_class_chunk_its_signatures() -> None:
+    lines = UTIL.splitlines()
+    assert definition_chunk(lines, 10) == ('def compute_total(items, tax=0.1):\n'
+                                           '    """The sum, taxed."""\n'
+                                           '    return sum(items) * (1 + tax)\n')
+    assert definition_chunk(lines, 2) == ('class Store(Base):\n    """Keeps things."""\n'
+                                          '    def __init__(self, root, *, ttl=60):\n'
+                                          '    def put(self, key, value):\n')
+
+
+def test_definitions_of_names_near_the_cursor_come_first() -> None:
+    filler = "".join(f"N{i} = {i}\n" for i in range(40))
+    texts = {"file:///w/util.py": UTIL + filler, "file:///w/app.py": "import util\n\n"}
+    store = store_with(texts)
+    store.changed("file:///w/util.py", 40)  # a recent edit there: chosen after definitions
+    got = store.select("file:///w/app.py", "s = Store('/tmp')\nx = compute_total(", ")\n",
+                       4000)
+    assert [(c.source, c.line) for c in got][:2] == [("definition", 10), ("definition", 2)]
+    assert got[2].source == "recent"
+    assert sources_of(got) == "definition:2,recent:1"
+    assert all(c.path == "util.py" for c in got)
+    # A tight budget keeps the first that fit, in order.
+    small = store.select("file:///w/app.py", "x = compute_total(", ")\n", 120)
+    assert [c.line for c in small] == [10]
+    assert store.select("file:///w/app.py", "x = compute_total(", "", 0) == []
+
+
+def test_names_defined_in_the_current_file_are_not_looked_up() -> None:
+    texts = {"file:///w/util.py": UTIL,
+             "file:///w/app.py": "def compute_total(x):\n    return x\n"}
+    store = store_with(texts)
+    got = store.select("file:///w/app.py", "y = compute_total(", "", 4000)
+    assert not [c for c in got if c.source == "definition"]
+
+
+def test_an_edit_refreshes_the_index() -> None:
+    texts = {"file:///w/util.py": UTIL, "file:///w/app.py": ""}
+    store = store_with(texts)
+    assert not store.select("file:///w/app.py", "fresh_name(", "", 4000)
+    texts["file:///w/util.py"] = UTIL + "\ndef fresh_name(a):\n    return a\n"
+    store.changed("file:///w/util.py", None)
+    got = store.select("file:///w/app.py", "fresh_name(", "", 4000)
+    assert got[0].text.startswith("def fresh_name(a):")
+
+
+def test_ring_chunks_from_where_the_user_asked_and_closing_forgets_all() -> None:
+    other = "".join(f"line_{i} = {i}\n" for i in range(400))
+    texts = {"file:///w/a.py": other, "file:///w/b.py": "x = 1\n"}
+    store = store_with(texts)
+    store.asked("file:///w/a.py", 200)
+    store.asked("file:///w/a.py", 202)  # typing on: no second chunk for the same place
+    store.changed("file:///w/a.py", 10)  # the last place there (a "recent" chunk)
+    got = store.select("file:///w/b.py", "x = ", "", 100_000)
+    ring = [c for c in got if c.source == "ring"]
+    assert len(ring) == 1 and "line_200 = 200" in ring[0].text
+    assert [c.source for c in got] == ["recent", "ring"]
+    for i in range(RING_SIZE + 4):
+        store.asked("file:///w/a.py", i * 20 % 400)
+    assert len(store._ring) <= RING_SIZE
+    store.close("file:///w/a.py")
+    assert store.select("file:///w/b.py", "line_200", "", 100_000) == []
+    assert store.uris() == ["file:///w/b.py"] and store._ring == []
