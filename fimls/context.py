@@ -190,9 +190,11 @@ class ContextStore:
             buf.defs = definitions(text)
         return buf.defs
 
-    def select(self, uri: str, prefix: str, suffix: str, char_budget: int) -> list[ContextChunk]:
+    def select(self, uri: str, prefix: str, suffix: str, char_budget: int, *,
+               near: tuple[int, int] = (NEAR_BEFORE, NEAR_AFTER)) -> list[ContextChunk]:
         """The chunks for a cursor between ``prefix`` and ``suffix`` of ``uri``, most
-        useful first, within about ``char_budget`` characters."""
+        useful first, within about ``char_budget`` characters; identifiers are looked up
+        from ``near`` lines before and after the cursor."""
         if char_budget <= 0:
             return []
         cur = self._buffers.get(uri)
@@ -200,14 +202,14 @@ class ContextStore:
         if cur is not None:
             text = cur.text_of()
             own = self._defs(cur, text) if text is not None else {}
-        before = prefix.splitlines()[-NEAR_BEFORE:]
-        after = suffix.splitlines()[:NEAR_AFTER + 1]
+        before = prefix.splitlines()[-near[0]:] if near[0] else []
+        after = suffix.splitlines()[:near[1] + 1]
         # Closest to the cursor first: the current line's, then upwards, then below.
-        near: list[str] = []
+        names: list[str] = []
         for ln in [*reversed(before), *after]:
             for name in reversed(_IDENT.findall(ln)):
-                if name not in near and name not in _COMMON and name not in (own or {}):
-                    near.append(name)
+                if name not in names and name not in _COMMON and name not in (own or {}):
+                    names.append(name)
         others: dict[str, tuple[_Buffer, list[str], dict[str, list[int]]]] = {}
         for u, buf in self._buffers.items():
             if u == uri:
@@ -230,7 +232,7 @@ class ContextStore:
             used += len(chunk.text)
             return True
 
-        for name in near:
+        for name in names:
             for u, (buf, lines, defs) in others.items():
                 for at in defs.get(name, [])[:2]:
                     if at < len(lines):

@@ -57,6 +57,7 @@ OPEN_PREFILL_QUIET_S = 30.0
 # A context set chosen for a cursor serves requests within this many lines of it: typing
 # never changes the prompt's front (the KV cache keeps it); a jump elsewhere chooses anew.
 CONTEXT_REGION_LINES = 40
+OPEN_CONTEXT_LINES = 40  # after didOpen: identifiers of the file's first lines (its imports)
 ACCEPT_COMMAND = "fimls.acceptCompletion"
 STATUS_REQUEST = "fimls/status"
 DOCUMENT_STATE_REQUEST = "fimls/documentState"
@@ -315,11 +316,16 @@ class FimlsServer(LanguageServer):
                 # be a peek or a background open): keep it.
                 return
             repo, rel = workspace_relative_path(doc.uri, self.roots)
+            c = self.options.completion
+            # The context a cursor at the top would get (the identifiers of the first
+            # lines: mostly imports, which name what this file uses from the others).
+            context = self._context_for(doc, Pos(0, 0), "", doc.text[:8192], idle=True,
+                                        near=(0, OPEN_CONTEXT_LINES))
             req = CompletionRequest(uri=uri, version=doc.version,
                                     prefix=doc.text[:self._text_cap()],
                                     suffix="", repo_name=repo, rel_path=rel,
-                                    max_tokens=self.options.completion.max_tokens,
-                                    prefill="open")
+                                    max_tokens=c.max_tokens, context=context,
+                                    context_tokens=c.context_tokens, prefill="open")
         else:
             pf = self._prefetch
             if (pf is not None and pf[0] == uri and pf[1] == cursor
@@ -369,7 +375,7 @@ class FimlsServer(LanguageServer):
                                  context_tokens=c.context_tokens)
 
     def _context_for(self, doc: TextDocument, pos: Pos, prefix: str, suffix: str, *,
-                     idle: bool) -> list[ContextChunk]:
+                     idle: bool, near: tuple[int, int] | None = None) -> list[ContextChunk]:
         """The other buffers' chunks for a cursor, kept stable while the user types.
 
         A request near where the current set was chosen gets that set unchanged, so the
@@ -384,7 +390,8 @@ class FimlsServer(LanguageServer):
         cur = self._context_sets.get(doc.uri)
         if cur is not None and abs(cur[0] - pos.line) <= CONTEXT_REGION_LINES and not idle:
             return cur[1]
-        chosen = self.context.select(doc.uri, prefix, suffix, budget)
+        chosen = (self.context.select(doc.uri, prefix, suffix, budget, near=near) if near
+                  else self.context.select(doc.uri, prefix, suffix, budget))
         if cur is not None and abs(cur[0] - pos.line) <= CONTEXT_REGION_LINES:
             have = {c.key for c in cur[1]}
             if all(c.key in have for c in chosen if c.source == "definition"):

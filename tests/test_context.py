@@ -105,3 +105,44 @@ def test_ring_chunks_from_where_the_user_asked_and_closing_forgets_all() -> None
     store.close("file:///w/a.py")
     assert store.select("file:///w/b.py", "line_200", "", 100_000) == []
     assert store.uris() == ["file:///w/b.py"] and store._ring == []
+
+
+def test_the_server_keeps_a_set_while_typing_and_forgets_closed_buffers() -> None:
+    """The server's choice of when a set changes (no model: requests are only built)."""
+    from lsprotocol import types as T
+
+    from fimls.config import Options
+    from fimls.documents import Pos, TextDocument
+    from fimls.server import FimlsServer
+
+    ls = FimlsServer(Options(), lambda *a, **k: None)  # type: ignore[arg-type,return-value]
+
+    def opened(uri: str, text: str) -> None:
+        ls.on_open(T.DidOpenTextDocumentParams(text_document=T.TextDocumentItem(
+            uri=uri, language_id="python", version=1, text=text)))
+
+    def doc(uri: str) -> TextDocument:
+        d = ls.docs.get(uri)
+        assert d is not None
+        return d
+
+    util, app = "file:///w/util.py", "file:///w/app.py"
+    body = "from util import compute_total\n" + "".join(f"v{i} = {i}\n" for i in range(100))
+    opened(util, UTIL)
+    opened(app, body + "x = compute_total(")
+    end = Pos(101, len("x = compute_total("))
+    first = ls.make_request(doc(app), end)
+    assert (first.context[0].source, first.context[0].line) == ("definition", 10)
+    ls.on_change(T.DidChangeTextDocumentParams(
+        text_document=T.VersionedTextDocumentIdentifier(uri=app, version=2),
+        content_changes=[T.TextDocumentContentChangePartial(
+            range=T.Range(start=T.Position(line=101, character=end.character),
+                          end=T.Position(line=101, character=end.character)), text="1")]))
+    typed = ls.make_request(doc(app), Pos(101, end.character + 1))
+    assert typed.context == first.context  # typing keeps the prompt's front
+    # At the top of the file (60+ lines away): chosen anew, from what is near there.
+    top = ls.make_request(doc(app), Pos(1, 0))
+    assert [c.line for c in top.context if c.source == "definition"] == [10]
+    ls.on_close(T.DidCloseTextDocumentParams(text_document=T.TextDocumentIdentifier(uri=util)))
+    assert ls.make_request(doc(app), Pos(101, end.character + 1)).context == []
+    assert ls.context.uris() == [app]
