@@ -394,8 +394,10 @@ def _cross_bench(args: argparse.Namespace, opts: Options, models: list[str | Non
             rows = peer.run_fimls(serve, tasks, typing=args.typing, latency_log=log_path,
                                   progress=step, open_extra=extra, in_repo=True)
             row = peer.summarize_editor(rows)
+            # Requests that built a prompt (not those the memo answered).
             recs = [r for r in read_records(log_path)
-                    if r.get("outcome") in ("returned", "empty", "gated")]
+                    if r.get("outcome") in ("returned", "empty", "gated")
+                    and r.get("prompt_tokens", 0) > 0]
             row["context_tokens_p50"] = percentile(
                 [float(r.get("context_tokens", 0)) for r in recs], 50)
             row["rows"] = rows

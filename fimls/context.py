@@ -45,6 +45,13 @@ _ASSIGN = re.compile(
     r"^(?:export\s+)?(?:(?:const|let|var)\s+)?(?P<name>[A-Za-z_]\w*)\s*(?::[^=\n]*)?=(?!=)",
     re.M)
 _IDENT = re.compile(r"[A-Za-z_]\w*")
+# Names a file imports: Python's ``from m import a, b`` (parenthesised over lines too) and
+# JavaScript/TypeScript's ``import {a, b} from`` / ``import a from``.
+_IMPORTS = re.compile(
+    r"^[ \t]*from[ \t]+[\w.]+[ \t]+import[ \t]+(?:\(([^)]*)\)|([^\n]+))"
+    r"|^[ \t]*import[ \t]*\{([^}]*)\}[ \t]*from"
+    r"|^[ \t]*import[ \t]+(\w+)[ \t]+from", re.M)
+IMPORTED_LINES = 6  # most lines kept of an imported name's definition
 _COMMON = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist) | frozenset(
     dir(builtins)) | {
     "self", "cls", "this", "true", "false", "null", "nil", "const", "let", "var", "func",
@@ -199,9 +206,11 @@ class ContextStore:
             return []
         cur = self._buffers.get(uri)
         own = definitions(prefix[-20000:] + suffix[:20000]) if cur is None else None
+        whole = prefix + suffix
         if cur is not None:
             text = cur.text_of()
             own = self._defs(cur, text) if text is not None else {}
+            whole = text if text is not None else whole
         before = prefix.splitlines()[-near[0]:] if near[0] else []
         after = suffix.splitlines()[:near[1] + 1]
         # Closest to the cursor first: the current line's, then upwards, then below.
@@ -238,6 +247,15 @@ class ContextStore:
                     if at < len(lines):
                         take(ContextChunk(path=buf.path, text=definition_chunk(lines, at),
                                           source="definition", uri=u, line=at))
+        # What the file imports from the others, the names it has not used yet before the
+        # cursor first: what is imported and unused is likely what comes next.
+        for name in imported_names(whole, prefix, exclude=set(names)):
+            for u, (buf, lines, defs) in others.items():
+                for at in defs.get(name, [])[:1]:
+                    if at < len(lines):
+                        take(ContextChunk(path=buf.path,
+                                          text=definition_chunk(lines, at, IMPORTED_LINES),
+                                          source="imported", uri=u, line=at))
         for u, (buf, lines, _defs) in others.items():
             if buf.last_line is not None and lines:
                 lo = max(0, min(buf.last_line, len(lines) - 1) - RECENT_LINES // 2)
@@ -249,6 +267,23 @@ class ContextStore:
             if c.uri != uri and c.uri in others:
                 take(c)
         return chosen
+
+
+def imported_names(text: str, prefix: str, exclude: set[str] | None = None) -> list[str]:
+    """The names ``text`` imports (see _IMPORTS), those not used in ``prefix`` outside
+    import lines first, each once, without ``exclude``."""
+    names: list[str] = []
+    for m in _IMPORTS.finditer(text[:200_000]):
+        group = next(g for g in m.groups() if g is not None)
+        for part in group.replace("\n", ",").split(","):
+            words = _IDENT.findall(part)
+            # ``a as b``: the definition is under ``a``.
+            if words and words[0] not in names and words[0] not in _COMMON:
+                names.append(words[0])
+    if exclude:
+        names = [n for n in names if n not in exclude]
+    used = set(_IDENT.findall(_IMPORTS.sub("", prefix[-200_000:])))
+    return [n for n in names if n not in used] + [n for n in names if n in used]
 
 
 def sources_of(chunks: list[ContextChunk]) -> str:

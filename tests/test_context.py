@@ -146,3 +146,20 @@ def test_the_server_keeps_a_set_while_typing_and_forgets_closed_buffers() -> Non
     ls.on_close(T.DidCloseTextDocumentParams(text_document=T.TextDocumentIdentifier(uri=util)))
     assert ls.make_request(doc(app), Pos(101, end.character + 1)).context == []
     assert ls.context.uris() == [app]
+
+
+def test_imported_names_not_used_yet_come_first() -> None:
+    from fimls.context import imported_names
+
+    head = ("from pkg.money import (convert, Rate as R,\n    round_to)\n"
+            "from .errors import BadValue\nimport os\n")
+    assert imported_names(head, head + "x = convert(1)\n") == ["Rate", "round_to",
+                                                               "BadValue", "convert"]
+    texts = {"file:///w/money.py": UTIL.replace("compute_total", "round_to"),
+             # The imports far above the cursor: not among the names near it.
+             "file:///w/app.py": head + "".join(f"n{i} = {i}\n" for i in range(30))
+             + "\n\ndef f(v):\n    return "}
+    store = store_with(texts)
+    got = store.select("file:///w/app.py", texts["file:///w/app.py"], "\n", 4000)
+    assert [(c.source, c.line) for c in got] == [("imported", 10)]
+    assert got[0].text.startswith("def round_to(items, tax=0.1):")
