@@ -33,3 +33,21 @@ def test_the_table_gives_fimls_ratios_to_the_peer() -> None:
                                                        "llama-server": peer}})
     ratio_line = next(line for line in text.splitlines() if "vs llama-server" in line)
     assert "0.50x" in ratio_line and "0.25x" in ratio_line and "+0.050" in ratio_line
+
+
+def test_the_gate_table_counts_shown_precision_and_recall() -> None:
+    from fimls.tools.bench import Run, format_gate_table, gate_table
+
+    def run(text: str, target: str, conf: float | None) -> Run:
+        return Run("edits", "off", text, text, {"confidence": conf,
+                                                "confidence_mean": conf}, target)
+
+    runs = [run("a = 1", "a = 1", 0.9), run("b = 2", "b = 3", 0.2),
+            run("c = 3", "c = 3", 0.4), run("d", "e", None),  # no confidence: never gated
+            run("", "f", 0.1)]  # empty: nothing to show, not counted
+    rows = {r["threshold"]: r["confidence"] for r in gate_table(runs, thresholds=(0, 0.3, 0.5))[
+        "edits"]}
+    assert rows[0] == {"shown": 4, "precision": 0.5, "recall": 1.0}
+    assert rows[0.3] == {"shown": 3, "precision": 2 / 3, "recall": 1.0}
+    assert rows[0.5] == {"shown": 2, "precision": 0.5, "recall": 0.5}
+    assert "edits" in format_gate_table(gate_table(runs))

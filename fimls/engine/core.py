@@ -606,6 +606,10 @@ class Engine:
         ordered["context"] = built["context"]
         if req.neighbors:
             ordered["buffers"] = [t for text in req.neighbors for t in self._tokens_of(text)]
+        # Only the buffers open now: no text of a closed one stays in this cache.
+        keep = {text[:8192] for text in req.neighbors}
+        for key in [k for k in self._buffer_tokens if k not in keep]:
+            del self._buffer_tokens[key]
         self.lookup.clear()
         for name, toks in ordered.items():
             self.lookup.set_source(name, toks)
