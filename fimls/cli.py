@@ -118,10 +118,12 @@ def cmd_complete(args: argparse.Namespace) -> int:
     c = opts.completion
     # One completion on demand races no typing: the time limit applies only when asked for.
     max_time_ms = c.max_time_ms if getattr(args, "opt_maxTimeMs", None) is not None else 0
+    # Asked for explicitly, a suggestion is shown however unsure: the gate only when given.
+    gate = c.min_confidence if getattr(args, "opt_minConfidence", None) is not None else 0.0
     req = CompletionRequest(uri=doc.uri, version=0, prefix=prefix, suffix=suffix,
                             rel_path=path.name, max_tokens=c.max_tokens,
                             max_lines=c.max_lines, max_time_ms=max_time_ms,
-                            speculative=c.speculative)
+                            speculative=c.speculative, min_confidence=gate)
     result = engine.complete(req, lambda: False)
     engine.close()
     where = f"{path}:{pos.line + 1}:{pos.character + 1}"
@@ -514,6 +516,10 @@ def _passthrough_flags(args: argparse.Namespace) -> list[str]:
         value = getattr(args, f"opt_{key}", None)
         if key in keep and value is not None:
             out += [flag, str(value)]
+    if "--min-confidence" not in out:
+        # Benchmarks score every suggestion the model makes; what the gate would hide is
+        # measured apart (the gate table), so the servers they start show everything.
+        out += ["--min-confidence", "0"]
     return out
 
 

@@ -60,6 +60,10 @@ async def session(*, args: Sequence[str] = (), init_options: dict[str, Any] | No
         # What is suggested must not depend on this machine's speed (maxTimeMs cuts
         # multi-line suggestions by wall-clock time; its own tests set it).
         args = [*args, "--max-time-ms", "0"]
+    if "--min-confidence" not in args:
+        # Nor on how sure the model is of it (the gate hides unsure suggestions; its own
+        # tests set it).
+        args = [*args, "--min-confidence", "0"]
     cmd = list(command or [sys.executable, "-m", "fimls", "serve", *args])
     await client.start_io(cmd[0], *cmd[1:])
     folders = None

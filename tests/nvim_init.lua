@@ -8,7 +8,8 @@ vim.api.nvim_create_autocmd('LspProgress', { callback = function(ev)
   if v and v.kind == 'end' then vim.g.fimls_ready = true end
 end })
 require('fimls').setup({
-  cmd = { os.getenv('FIMLS_PYTHON'), '-m', 'fimls', 'serve', '--latency-log', os.getenv('FIMLS_LOG') },
+  cmd = { os.getenv('FIMLS_PYTHON'), '-m', 'fimls', 'serve', '--latency-log', os.getenv('FIMLS_LOG'),
+          '--min-confidence', '0' },
   filetypes = { 'python' },
   root_markers = { '.git', 'sample.py' },
   init_options = { maxTokens = 32 },

@@ -43,7 +43,7 @@ def test_defaults() -> None:
         "cancelGraceMs": 5000, "maxTokens": 64, "maxLines": 8, "maxTimeMs": 1000,
         "speculative": "auto",
         "draftModel": None, "draftMax": 8, "ngramMax": 3, "idlePrefill": True,
-        "reuseSuffix": True, "contextTokens": 512, "minConfidence": 0.0,
+        "reuseSuffix": True, "contextTokens": 512, "minConfidence": 0.5,
         "latencyLog": None, "logLevel": "INFO",
     }
 

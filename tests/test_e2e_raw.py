@@ -22,7 +22,8 @@ class Raw:
     the fake-engine one in tests/fake_server.py)."""
 
     def __init__(self, *args: str, command: Sequence[str] | None = None) -> None:
-        cmd = list(command or [sys.executable, "-m", "fimls", "serve", "--log-level", "ERROR"])
+        cmd = list(command or [sys.executable, "-m", "fimls", "serve", "--log-level", "ERROR",
+                               "--min-confidence", "0"])
         self.proc = subprocess.Popen([*cmd, *args], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         self._ids = itertools.count(1000)

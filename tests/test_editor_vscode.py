@@ -77,7 +77,7 @@ def test_ghost_text_in_vscode(tools: Path, tmp_path: Path) -> None:
     (user / "User").mkdir(parents=True)
     log = tmp_path / "latency.jsonl"
     (user / "User" / "settings.json").write_text(json.dumps({
-        "fimls.serverCommand": [sys.executable, "-m", "fimls", "serve"],
+        "fimls.serverCommand": [sys.executable, "-m", "fimls", "serve", "--min-confidence", "0"],
         "fimls.latencyLog": str(log),
         "fimls.maxTokens": 24,
         "editor.inlineSuggest.enabled": True,

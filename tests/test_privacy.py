@@ -66,7 +66,8 @@ async def test_no_network_no_text_in_logs_no_execution_no_stray_reads(
         "PYTHONPATH", "")]).rstrip(os.pathsep))
     monkeypatch.setenv("FIMLS_AUDIT_LOG", str(audit_log))
     log = tmp_path / "lat.jsonl"
-    cmd = [sys.executable, "-m", "fimls", "serve", "--latency-log", str(log)]
+    cmd = [sys.executable, "-m", "fimls", "serve", "--latency-log", str(log),
+           "--min-confidence", "0"]
     strace_out = tmp_path / "strace.txt"
     traced = _strace_works()
     if traced:
