@@ -25,6 +25,7 @@ CLIENT_KEYS = frozenset({"serverCommand", "trace"})
 SPECULATIVE_MODES = ("auto", "off", "lookup", "model")
 FIM_ORDERS = ("auto", "psm", "spm")
 ISOLATIONS = ("process", "thread")
+ENGINE_PROTOCOLS = ("auto", "llama", "openai")
 
 # What a field's metadata may say about its values (read by ``_coerce``):
 #   min / max:  inclusive bounds of an integer
@@ -70,6 +71,15 @@ class ModelOptions:
     cancel_grace_ms: int = _opt(5000, min=100)
     """Milliseconds a worker process may ignore a cancel before it is deemed hung, killed
     and restarted (process isolation only)."""
+    engine: str | None = _opt(None, nullable=True)
+    """URL of an inference server to run the model instead of this process (llama.cpp's
+    llama-server, or an OpenAI-compatible server). None: in-process. Document text is sent
+    to that host, and to no other."""
+    engine_protocol: str = _opt("auto", choices=ENGINE_PROTOCOLS)
+    """How to speak to ``engine``: llama (llama-server's /completion), openai
+    (/v1/completions) or auto (llama when the server answers /props)."""
+    engine_key: str | None = _opt(None, nullable=True)
+    """Bearer token for ``engine`` (or the FIMLS_ENGINE_KEY environment variable)."""
 
 
 @dataclass(kw_only=True)
@@ -166,6 +176,9 @@ def _coerce(value: Any, f: dataclasses.Field[Any], kind: type) -> Any:
     if kind is bool:
         if isinstance(value, bool):
             return value
+        # The command line gives strings.
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
         raise ValueError("must be true or false")
     if kind is int or kind is float:
         # bool is an int to Python, never to a user; strings come from the command line.

@@ -232,8 +232,10 @@ class ContextStore:
 
         def take(chunk: ContextChunk) -> bool:
             nonlocal used
-            if any(c.key == chunk.key or (c.uri == chunk.uri and c.text in chunk.text)
-                   for c in chosen):
+            # The same place, text already inside a chosen chunk of that buffer, or the very
+            # same text from another buffer (copies teach the model nothing new).
+            if any(c.key == chunk.key or c.text == chunk.text
+                   or (c.uri == chunk.uri and c.text in chunk.text) for c in chosen):
                 return True
             if used + len(chunk.text) > char_budget:
                 return False

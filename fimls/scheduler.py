@@ -143,7 +143,7 @@ class Scheduler:
             old = self._by_uri.get(req.uri)
             if old is not None:
                 self._cancel_locked(old, "superseded")
-            if self._state != EngineState.READY:
+            if self._state not in (EngineState.READY, EngineState.UNREACHABLE):
                 error = self.load_error if self._state == EngineState.FAILED else None
                 self._finish_locked(job, "", "error" if error else "empty",
                                     error=error or f"model {self._state}")
@@ -294,6 +294,12 @@ class Scheduler:
             return
         self._engine = engine
         engine.on_exit = lambda reason, e=engine: self._engine_died(e, reason)
+        if hasattr(engine, "on_status"):
+            # A remote engine says when its server stops (or starts again) answering.
+            def status(state: str, why: str | None, e: EngineLike = engine) -> None:
+                if self._engine is e and state != self._state:
+                    self._set_state(EngineState(state), why)
+            engine.on_status = status
         self._set_state(EngineState.READY)
         for warning in engine.warnings:
             self._warn(warning)

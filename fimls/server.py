@@ -241,6 +241,10 @@ class FimlsServer(LanguageServer):
         # completions (for a while): errors. A failed load also ends the progress shown.
         if state in (EngineState.FAILED, EngineState.RESTARTING) and error:
             self.show(error, types.MessageType.Error)
+        if state == EngineState.UNREACHABLE:
+            # Once per outage, not per keystroke: the state changes only when it flips.
+            self.show(f"fimls: the engine server is unreachable ({error}); completions "
+                      "resume when it answers again", types.MessageType.Error)
         if state in (EngineState.READY, EngineState.FAILED):
             self._call_in_loop(self._end_progress)
         if state == EngineState.LOADING and self._initialized:

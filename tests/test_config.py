@@ -40,7 +40,8 @@ def test_defaults() -> None:
         "model": None, "nCtx": 4096, "nBatch": 512, "promptTokens": 0, "threads": None,
         "nGpuLayers": 0,
         "fimOrder": "auto", "isolation": "process", "loadTimeoutS": 300,
-        "cancelGraceMs": 5000, "maxTokens": 64, "maxLines": 8, "maxTimeMs": 1000,
+        "cancelGraceMs": 5000, "engine": None, "engineProtocol": "auto", "engineKey": None,
+        "maxTokens": 64, "maxLines": 8, "maxTimeMs": 1000,
         "speculative": "auto",
         "draftModel": None, "draftMax": 8, "ngramMax": 3, "idlePrefill": True,
         "reuseSuffix": True, "contextTokens": 512, "minConfidence": 0.5,
@@ -86,6 +87,10 @@ def test_snake_case_and_string_numbers() -> None:
     new, warnings = apply_dict(Options(), {"minConfidence": "0.25", "contextTokens": "64"})
     assert warnings == []
     assert (new.completion.min_confidence, new.completion.context_tokens) == (0.25, 64)
+    new, warnings = apply_dict(Options(), {"idlePrefill": "false", "reuseSuffix": "TRUE"})
+    assert warnings == [] and (new.completion.idle_prefill, new.completion.reuse_suffix) == (
+        False, True)
+    assert apply_dict(Options(), {"idlePrefill": "no"})[1]  # only true or false
 
 
 def test_nullable_options_reset() -> None:

@@ -393,6 +393,9 @@ def test_unusual_uris_and_odd_notifications(raw: Raw) -> None:
     assert reply["error"]["code"] == -32602
     state = raw.request("fimls/documentState", {"textDocument": {"uri": "file:///v.py"}})
     assert state["result"]["length"] == len("def sub(a, b):\n    return a")
+    # The other buffers are seven copies of one function; what the model makes of them as
+    # context is not under test here, the server's state is.
+    raw.notify("workspace/didChangeConfiguration", {"settings": {"contextTokens": 0}})
     reply = raw.request("textDocument/inlineCompletion",
                         raw.inline_params("file:///v.py", 1, 12), 60)
     assert reply["result"]["items"], reply

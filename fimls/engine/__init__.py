@@ -61,8 +61,12 @@ def engine_config(options: Options) -> EngineConfig:
 def make_engine(options: Options, *, isolation: str | None = None) -> Any:
     """Build the real llama.cpp engine for ``options`` (raises ModelLoadError): in a worker
     process or in this one, as ``model.isolation`` (or ``isolation``) says."""
-    cfg = engine_config(options)
     m = options.model
+    if m.engine:
+        from fimls.engine.remote import remote_engine
+
+        return remote_engine(options)
+    cfg = engine_config(options)
     if (isolation or m.isolation) == "process":
         from fimls.engine.worker import ProcessEngine
 

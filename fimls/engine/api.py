@@ -158,6 +158,9 @@ class EngineState(str, Enum):
     READY = "ready"
     FAILED = "failed"  # the load failed; requests are answered empty with the error
     RESTARTING = "restarting"  # the engine process died; a new one starts after a back-off
+    # The engine server (--engine) cannot be reached; requests are answered empty and it is
+    # tried again after a back-off.
+    UNREACHABLE = "unreachable"
 
     def __str__(self) -> str:
         return self.value

@@ -1,0 +1,394 @@
+"""An existing inference server as the engine (``--engine URL``).
+
+fimls keeps its LSP side (the document mirror, the FIM prompt with other buffers' context,
+post-processing, stale-work dropping, the latency log) and sends the prompt to a server
+that batches many users: llama.cpp's llama-server (``/completion`` with the prompt as
+token ids, ``cache_prompt`` and a stable ``id_slot`` per document) or any
+OpenAI-compatible server (``/v1/completions`` with the prompt as text in the model's FIM
+format). The vocabulary and FIM tokens come from a local GGUF (the ``model`` option, read
+vocabulary-only: no weights are loaded).
+
+Streams are read on a helper thread; the request loop polls ``cancelled`` between chunks
+and closes the connection when the request is superseded, so the server stops generating.
+A server that cannot be reached gives empty answers, one state change (``unreachable``)
+and retries with a growing back-off, never one error per keystroke.
+
+Only this module opens sockets, and only when ``--engine`` is given.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import math
+import queue
+import socket
+import ssl
+import threading
+import time
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from fimls.engine.api import CompletionRequest, CompletionResult, EngineError
+from fimls.latency import LatencyRecord
+from fimls.postprocess import CursorContext, StopPolicy, cut_to_budget, finalize
+from fimls.prompt import Prompt, PromptInput, build_prompt, detect_template
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT_S = 3.0
+READ_TIMEOUT_S = 60.0  # a server that sends nothing for this long is taken as failed
+BACKOFF_FIRST_S = 0.5
+BACKOFF_MAX_S = 30.0
+DEFAULT_PROMPT_TOKENS = 2048  # the server's speed is unknown here; promptTokens overrides
+_END = object()
+
+
+class Unreachable(EngineError):
+    """The server could not be reached (or failed); requests are answered empty."""
+
+
+def _detokenize(vocab: Any, tokens: list[int]) -> str:
+    return b"".join(vocab.piece(t) for t in tokens).decode("utf-8", "replace")
+
+
+class RemoteEngine:
+    """:class:`fimls.engine.api.EngineLike` over HTTP(S) to an inference server."""
+
+    def __init__(self, url: str, model_path: Path, *, protocol: str = "auto",
+                 key: str | None = None, n_ctx: int = 4096, prompt_tokens: int = 0,
+                 fim_order: str = "auto") -> None:
+        from fimls.engine.llama import LlamaModel
+
+        parts = urlsplit(url.rstrip("/"))
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise EngineError(f"--engine must be an http(s) URL, not {url!r}")
+        self.url = url.rstrip("/")
+        self._scheme, self._host = parts.scheme, parts.hostname
+        self._port = parts.port or (443 if parts.scheme == "https" else 80)
+        self._base = parts.path.rstrip("/")
+        self.key = key
+        self._vocab_model = LlamaModel(model_path, vocab_only=True)
+        self.vocab = self._vocab_model.vocab
+        self.template = detect_template(self.vocab, order=fim_order)
+        self.n_ctx = n_ctx
+        self.prompt_tokens = prompt_tokens or min(DEFAULT_PROMPT_TOKENS, n_ctx)
+        self.model_name = f"{model_path.name} @ {self._host}:{self._port}"
+        self.warnings: list[str] = []
+        self.on_exit: Callable[[str], None] | None = None
+        # Called with "unreachable" (and a reason) or "ready" when that changes.
+        self.on_status: Callable[[str, str | None], None] | None = None
+        self.protocol = protocol
+        self.slots = 0  # llama-server's slot count (/props), 0: unknown
+        self._reachable = True
+        self._retry_at = 0.0
+        self._backoff = BACKOFF_FIRST_S
+        self._lock = threading.Lock()
+        self._current: tuple[str, http.client.HTTPConnection] | None = None
+        if protocol == "auto":
+            self.protocol = self._detect()
+
+    @property
+    def pid(self) -> int | None:
+        """No local process runs the model."""
+        return None
+
+    # -- HTTP -------------------------------------------------------------------------------
+
+    def _connection(self, timeout: float) -> http.client.HTTPConnection:
+        if self._scheme == "https":
+            return http.client.HTTPSConnection(self._host, self._port, timeout=timeout,
+                                               context=ssl.create_default_context())
+        return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+
+    def _headers(self) -> dict[str, str]:
+        h = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self.key:
+            h["Authorization"] = f"Bearer {self.key}"
+        return h
+
+    def _get(self, path: str) -> dict[str, Any] | None:
+        """GET ``path`` as JSON; None when the server answers with an error."""
+        conn = self._connection(CONNECT_TIMEOUT_S)
+        try:
+            conn.request("GET", self._base + path, headers=self._headers())
+            resp = conn.getresponse()
+            body = resp.read()
+            if resp.status != 200:
+                return None
+            out = json.loads(body)
+            return out if isinstance(out, dict) else None
+        finally:
+            conn.close()
+
+    def _detect(self) -> str:
+        """llama-server answers ``/props``; anything else is taken as OpenAI-compatible."""
+        try:
+            props = self._get("/props")
+        except (OSError, ValueError, http.client.HTTPException):
+            log.warning("engine %s: not reachable to detect its protocol; assuming "
+                        "llama-server (--engine-protocol sets it)", self.url)
+            return "llama"
+        if props is not None and ("default_generation_settings" in props
+                                  or "total_slots" in props):
+            self.slots = int(props.get("total_slots") or 0)
+            return "llama"
+        return "openai"
+
+    # -- the request ------------------------------------------------------------------------
+
+    def _prompt(self, req: CompletionRequest) -> tuple[Prompt, list[int]]:
+        """The prompt, with the healed token put back: a server cannot force a prefix of
+        its output, so it gets the text up to the cursor as it is."""
+        inp = PromptInput(prefix=req.prefix, suffix=req.suffix, prefix_offset=req.prefix_offset,
+                          repo_name=req.repo_name, rel_path=req.rel_path,
+                          context=tuple(req.context), context_tokens=req.context_tokens)
+        budget = min(self.prompt_tokens, self.n_ctx - req.max_tokens - 8)
+        prompt = build_prompt(self.template, self.vocab, inp, max(64, budget))
+        tokens = list(prompt.tokens)
+        if prompt.constraint:
+            healed = self.vocab.tokenize(prompt.constraint)
+            t = self.template
+            if t.kind == "fim" and t.order == "psm" and t.suf in tokens:
+                at = tokens.index(t.suf)
+            elif t.kind == "fim" and t.mid >= 0 and tokens and tokens[-1] == t.mid:
+                at = len(tokens) - 1
+            else:
+                at = len(tokens)
+            tokens[at:at] = healed
+        return prompt, tokens
+
+    def _body(self, req: CompletionRequest, tokens: list[int]) -> tuple[str, dict[str, Any]]:
+        stops = [_detokenize(self.vocab, [t]) for t in sorted(self.template.stop_ids)]
+        if self.protocol == "llama":
+            body: dict[str, Any] = {
+                "prompt": tokens, "n_predict": req.max_tokens, "temperature": 0,
+                "top_k": 1, "samplers": ["top_k"], "cache_prompt": True, "stream": True,
+                # The chosen token's probability in the model's own distribution (what
+                # the gate needs), and the server's timings with every chunk (the stream
+                # is often closed before its last).
+                "n_probs": 1, "timings_per_token": True, "stop": stops}
+            if self.slots:
+                # One slot per document: its cache keeps that document's prompt.
+                body["id_slot"] = zlib.crc32(req.uri.encode()) % self.slots
+            return "/completion", body
+        if tokens and tokens[0] == self.template.bos >= 0:
+            tokens = tokens[1:]  # the server adds its own
+        return "/v1/completions", {
+            "prompt": _detokenize(self.vocab, tokens), "max_tokens": req.max_tokens,
+            "temperature": 0, "stream": True, "logprobs": 1, "stop": stops, "echo": False}
+
+    def _stream(self, path: str, body: dict[str, Any], rid: str,
+                out: queue.Queue[Any]) -> None:
+        """POST and put each streamed JSON event on ``out`` (then _END, or an exception)."""
+        conn = self._connection(CONNECT_TIMEOUT_S)
+        with self._lock:
+            self._current = (rid, conn)
+        try:
+            # The network round trip: the TCP (and TLS) handshake, timed on its own, as the
+            # response's first byte waits for the server's prompt processing too.
+            t0 = time.monotonic()
+            conn.connect()
+            out.put(("hop", (time.monotonic() - t0) * 1000.0))
+            conn.request("POST", self._base + path, body=json.dumps(body).encode(),
+                         headers=self._headers())
+            resp = conn.getresponse()
+            if resp.status != 200:
+                raise Unreachable(f"engine server answered HTTP {resp.status} "
+                                  f"{resp.reason} at {path}")
+            if conn.sock is not None:
+                conn.sock.settimeout(READ_TIMEOUT_S)
+            while True:
+                line = resp.readline()
+                if not line:
+                    break
+                text = line.decode("utf-8", "replace").strip()
+                if not text.startswith("data:"):
+                    continue
+                data = text[5:].strip()
+                if data == "[DONE]":
+                    break
+                out.put(json.loads(data))
+            out.put(_END)
+        except BaseException as exc:  # handed to the request loop, which raises it
+            out.put(exc)
+        finally:
+            with self._lock:
+                if self._current is not None and self._current[0] == rid:
+                    self._current = None
+            conn.close()
+
+    def _abort_stream(self, request_id: str | None = None) -> None:
+        """Close the connection in flight: the server sees the client go and stops."""
+        with self._lock:
+            cur = self._current
+        if cur is not None and (request_id is None or cur[0] == request_id):
+            try:
+                if cur[1].sock is not None:
+                    cur[1].sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def _set_reachable(self, ok: bool, why: str | None = None) -> None:
+        if ok:
+            self._backoff = BACKOFF_FIRST_S
+        else:
+            self._retry_at = time.monotonic() + self._backoff
+            self._backoff = min(BACKOFF_MAX_S, self._backoff * 2)
+        if ok != self._reachable:
+            self._reachable = ok
+            if ok:
+                log.info("engine server %s is reachable again", self.url)
+            else:
+                log.warning("engine server %s unreachable: %s", self.url, why)
+            if self.on_status is not None:
+                self.on_status("ready" if ok else "unreachable", why)
+
+    def complete(self, req: CompletionRequest, cancelled: Callable[[], bool]) -> CompletionResult:
+        """Stream one completion from the server, cut and trimmed as the local engine's."""
+        t_start = time.monotonic()
+        rec = LatencyRecord(uri=req.uri, version=req.version, request_id=req.request_id,
+                            model=self.model_name, queue_ms=(t_start - req.created) * 1000.0)
+        text = ""
+        if req.prefill and req.prefill != "next":
+            # Idle prefill is the server's business (cache_prompt keeps what it saw).
+            rec.outcome = "prefill"
+            return self._done(req, rec, "", t_start)
+        if not self._reachable and time.monotonic() < self._retry_at:
+            rec.outcome, rec.error = "empty", "unreachable"
+            return self._done(req, rec, "", t_start)
+        prompt, tokens = self._prompt(req)
+        rec.prompt_tokens = len(tokens)
+        rec.context_tokens, rec.context_sources = prompt.context_tokens, prompt.context_sources
+        path, body = self._body(req, tokens)
+        events: queue.Queue[Any] = queue.Queue()
+        threading.Thread(target=self._stream, args=(path, body, req.request_id, events),
+                         daemon=True, name="fimls-remote").start()
+        ctx = CursorContext.from_text(req.prefix, req.suffix)
+        policy = StopPolicy(ctx=ctx, max_lines=req.max_lines)
+        out, probs, line_done = "", [], False
+        t_first: float | None = None
+        rec.stop = "max_tokens"
+        try:
+            while True:
+                if cancelled():
+                    self._abort_stream(req.request_id)
+                    rec.outcome = "cancelled"
+                    return self._done(req, rec, "", t_start)
+                try:
+                    ev = events.get(timeout=0.02)
+                except queue.Empty:
+                    continue
+                if ev is _END:
+                    break
+                if isinstance(ev, BaseException):
+                    raise ev
+                if isinstance(ev, tuple):
+                    rec.hop_ms = ev[1]
+                    continue
+                piece, piece_probs, final = self._parse(ev, rec)
+                if piece and t_first is None:
+                    t_first = time.monotonic()
+                    rec.ttft_ms = (t_first - req.created) * 1000.0
+                if not line_done:
+                    probs += piece_probs
+                    head = (out + piece).lstrip(" \t\r\n")
+                    line_done = "\n" in head
+                out += piece
+                rec.generated_tokens += max(1, len(piece_probs)) if piece else 0
+                cut = policy.cut(out)
+                if cut is not None:
+                    out, rec.stop = out[:cut], "policy"
+                    self._abort_stream(req.request_id)
+                    break
+                if (req.max_time_ms and t_first is not None
+                        and (time.monotonic() - t_first) * 1000.0 >= req.max_time_ms
+                        and (short := cut_to_budget(out)) is not None):
+                    out, rec.stop = short, "max_time"
+                    self._abort_stream(req.request_id)
+                    break
+                if final:
+                    rec.stop = "eog" if rec.stop == "max_tokens" and final == "stop" else rec.stop
+                    break
+        except (OSError, ValueError, http.client.HTTPException, EngineError) as exc:
+            why = str(exc) or type(exc).__name__
+            self._set_reachable(False, why)
+            rec.outcome, rec.error = "error", f"engine server: {type(exc).__name__}"
+            return self._done(req, rec, "", t_start)
+        self._set_reachable(True)
+        if t_first is not None:
+            rec.decode_ms = rec.decode_ms or (time.monotonic() - t_first) * 1000.0
+        if probs:
+            rec.confidence = round(min(probs), 4)
+            rec.confidence_mean = round(sum(probs) / len(probs), 4)
+        text = finalize(out, ctx)
+        if (text and req.min_confidence > 0 and rec.confidence is not None
+                and rec.confidence < req.min_confidence):
+            rec.outcome = "gated"
+            return self._done(req, rec, "", t_start)
+        rec.outcome = "returned" if text else "empty"
+        if req.prefill:
+            rec.outcome, text = "prefill", ""
+        return self._done(req, rec, text, t_start)
+
+    def _parse(self, ev: dict[str, Any], rec: LatencyRecord) -> tuple[str, list[float], str]:
+        """(text, probabilities of its tokens, finish reason or "") of one stream event;
+        the server's timings go into ``rec``."""
+        if self.protocol == "llama":
+            probs = []
+            for p in ev.get("completion_probabilities") or []:
+                if "prob" in p:
+                    probs.append(float(p["prob"]))
+                elif "logprob" in p:
+                    probs.append(math.exp(float(p["logprob"])))
+            timings = ev.get("timings")
+            if isinstance(timings, dict):
+                n = int(timings.get("prompt_n", 0) or 0)
+                rec.evaluated_tokens = n
+                rec.reused_tokens = max(0, rec.prompt_tokens - n)
+                rec.prompt_ms = float(timings.get("prompt_ms", 0.0) or 0.0)
+                rec.decode_ms = float(timings.get("predicted_ms", 0.0) or 0.0)
+            stop = "stop" if ev.get("stop") and ev.get("stop_type") in ("eos", "word") else (
+                "length" if ev.get("stop") else "")
+            return str(ev.get("content", "")), probs, stop
+        choice = (ev.get("choices") or [{}])[0]
+        lp = choice.get("logprobs") or {}
+        probs = [math.exp(float(x)) for x in (lp.get("token_logprobs") or []) if x is not None]
+        return str(choice.get("text", "")), probs, str(choice.get("finish_reason") or "")
+
+    @staticmethod
+    def _done(req: CompletionRequest, rec: LatencyRecord, text: str,
+              t_start: float) -> CompletionResult:
+        t_end = time.monotonic()
+        rec.total_ms = (t_end - req.created) * 1000.0
+        rec.model_ms = (t_end - t_start) * 1000.0
+        return CompletionResult(text=text, record=rec)
+
+    def interrupt(self, request_id: str) -> None:
+        """Close the stream of ``request_id`` now."""
+        self._abort_stream(request_id)
+
+    def reset(self) -> None:
+        """Nothing is cached here (the server keeps its own cache)."""
+
+    def close(self) -> None:
+        """Stop the stream in flight and free the vocabulary."""
+        self._abort_stream()
+        self._vocab_model.close()
+
+
+def remote_engine(options: Any) -> RemoteEngine:
+    """The remote engine for ``options`` (``model.engine`` set)."""
+    import os
+
+    from fimls.models import resolve_model
+
+    m = options.model
+    key = m.engine_key or os.environ.get("FIMLS_ENGINE_KEY") or None
+    return RemoteEngine(m.engine, resolve_model(m.model), protocol=m.engine_protocol, key=key,
+                        n_ctx=m.n_ctx, prompt_tokens=m.prompt_tokens, fim_order=m.fim_order)
+

@@ -1,0 +1,232 @@
+"""``--engine URL``: fimls's LSP side in front of an existing inference server.
+
+Against real servers, not mocks: llama-cpp-python's own OpenAI-compatible server (same
+llama.cpp, installed from PyPI with the test extras) always; llama.cpp's llama-server when
+one is built (``FIMLS_LLAMA_SERVER``, or where ``fimls bench --peer`` builds keep it),
+skipped with the reason otherwise. Model: Qwen2.5-Coder 0.5B, as in the FIM tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from lsprotocol import types
+from pygls.exceptions import JsonRpcException
+
+from fimls.engine.api import CompletionRequest
+from fimls.engine.core import Engine, EngineConfig
+from fimls.models import resolve_model
+from fimls.quality import score
+from tests.lsp_helpers import end_position, humaneval, inline, open_doc, read_log, session
+
+ROOT = Path(__file__).resolve().parents[1]
+QWEN = "qwen2.5-coder-0.5b"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float = 180.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.3)
+    raise RuntimeError(f"{url} did not answer within {timeout} s")
+
+
+class OpenAIServer:
+    """llama-cpp-python's server on a fixed port, which a test can stop and start again."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = tmp / "llama-cpp-server.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        cmd = [sys.executable, "-m", "tests.llama_cpp_server", "--model",
+               str(resolve_model(QWEN)), "--host", "127.0.0.1", "--port", str(self.port),
+               "--n_ctx", "4096", "--n_threads", str(min(4, os.cpu_count() or 1))]
+        with self.log.open("ab") as err:
+            self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=err, stderr=err)
+        wait_http(self.url + "/v1/models", self.proc)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(30)
+            self.proc = None
+
+
+@pytest.fixture
+def openai_server(tmp_path: Path) -> Iterator[OpenAIServer]:
+    srv = OpenAIServer(tmp_path)
+    srv.start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def engine_args(url: str, log: Path, protocol: str) -> list[str]:
+    return ["--model", QWEN, "--engine", url, "--engine-protocol", protocol,
+            "--latency-log", str(log), "--max-tokens", "24", "--idle-prefill", "false"]
+
+
+async def test_completions_through_an_openai_compatible_server(
+        tmp_path: Path, openai_server: OpenAIServer) -> None:
+    tasks = humaneval("Single", n=6, stride=150)
+    local = Engine(EngineConfig(model_path=resolve_model(QWEN), n_ctx=4096,
+                                measure_costs=False))
+    try:
+        here = [local.complete(CompletionRequest(
+            uri=f"file:///t{i}.py", version=1, prefix=t["prefix"], suffix=t["suffix"],
+            max_tokens=24, speculative="off"), lambda: False).text
+            for i, t in enumerate(tasks)]
+    finally:
+        local.close()
+    log = tmp_path / "lat.jsonl"
+    there: list[str] = []
+    async with session(args=engine_args(openai_server.url, log, "openai")) as (c, _):
+        for i, t in enumerate(tasks):
+            uri = (tmp_path / f"t{i}.py").as_uri()
+            open_doc(c, uri, t["prefix"] + t["suffix"])
+            line, col = end_position(t["prefix"])
+            res = await inline(c, uri, line, col)
+            there.append(res.items[0].insert_text if res and res.items else "")  # type: ignore[misc]
+    assert sum(bool(x) for x in there) >= len(tasks) - 1, there
+    right_here = sum(score(x, t["target"]).line_exact for x, t in zip(here, tasks, strict=True))
+    right_there = sum(score(x, t["target"]).line_exact for x, t in zip(there, tasks, strict=True))
+    assert right_there >= right_here - 1, (here, there)
+    recs = read_log(log)
+    assert len(recs) == len(tasks) and all("@ 127.0.0.1" in r["model"] for r in recs)
+    assert all(r["hop_ms"] > 0 for r in recs if r["outcome"] == "returned")
+    assert all(r["confidence"] is not None for r in recs if r["outcome"] == "returned")
+
+
+async def test_an_unreachable_server_is_one_message_and_completions_come_back(
+        tmp_path: Path, openai_server: OpenAIServer) -> None:
+    log = tmp_path / "lat.jsonl"
+    doc = "def add(a, b):\n    return "
+    async with session(args=engine_args(openai_server.url, log, "openai")) as (c, _):
+        uri = (tmp_path / "a.py").as_uri()
+        open_doc(c, uri, doc + "\n")
+        line, col = end_position(doc)
+        first = await inline(c, uri, line, col)
+        assert first is not None and first.items
+        openai_server.stop()
+        for _ in range(4):  # an editor keeps asking as the user types
+            res = await inline(c, uri, line, col)
+            assert res is None or not res.items
+        st = await c.protocol.send_request_async("fimls/status", None)
+        assert st.state == "unreachable"
+        errors = [m.message for m in c.messages if m.type == types.MessageType.Error]
+        assert len(errors) == 1 and "unreachable" in errors[0], errors
+        openai_server.start()  # back, on the same port: no editor restart
+        deadline = time.monotonic() + 90
+        back = None
+        while time.monotonic() < deadline:
+            back = await inline(c, uri, line, col)
+            if back is not None and back.items:
+                break
+            await asyncio.sleep(0.5)
+        assert back is not None and back.items
+        st = await c.protocol.send_request_async("fimls/status", None)
+        assert st.state == "ready"
+    outcomes = [r["outcome"] for r in read_log(log)]
+    assert outcomes[0] == "returned" and outcomes[-1] == "returned"
+    assert "error" in outcomes
+
+
+def llama_server_binary() -> Path | None:
+    env = os.environ.get("FIMLS_LLAMA_SERVER")
+    if env:
+        return Path(env)
+    # Where the README's side-by-side section builds it.
+    path = Path.home() / ".cache/fimls-peer/llama-server-0.3.36/build/bin/llama-server"
+    return path if path.exists() else None
+
+
+@pytest.fixture
+def llama_server(tmp_path: Path) -> Iterator[str]:
+    binary = llama_server_binary()
+    if binary is None:
+        pytest.skip("no llama-server built (set FIMLS_LLAMA_SERVER, or build the peer as "
+                    "the README's side-by-side section says)")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with (tmp_path / "llama-server.log").open("ab") as err:
+        proc = subprocess.Popen(
+            [str(binary), "-m", str(resolve_model(QWEN)), "--host", "127.0.0.1", "--port",
+             str(port), "-c", "4096", "-np", "2", "-t", str(min(4, os.cpu_count() or 1)),
+             "--no-repack", "--no-webui", "--slots"], stdout=err, stderr=err)
+    try:
+        wait_http(url + "/health", proc)
+        yield url
+    finally:
+        proc.kill()
+        proc.wait(30)
+
+
+def busy_slots(url: str) -> list[bool]:
+    with urllib.request.urlopen(url + "/slots", timeout=5) as r:
+        return [bool(s.get("is_processing")) for s in json.loads(r.read())]
+
+
+async def test_llama_server_a_cancelled_request_frees_its_slot(
+        tmp_path: Path, llama_server: str) -> None:
+    log = tmp_path / "lat.jsonl"
+    long_doc = "# A long story, told line by line.\n"
+    args = [*engine_args(llama_server, log, "llama"), "--max-tokens", "400",
+            "--max-lines", "200", "--max-time-ms", "0"]
+    async with session(args=args) as (c, _):
+        uri = (tmp_path / "story.py").as_uri()
+        open_doc(c, uri, long_doc)
+        ok = await inline(c, uri, 1, 0)  # warm: the model answers through the server
+        del ok
+        params = types.InlineCompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            position=types.Position(line=1, character=0),
+            context=types.InlineCompletionContext(
+                trigger_kind=types.InlineCompletionTriggerKind.Invoked))
+        fut = asyncio.ensure_future(c.protocol.send_request_async(
+            types.TEXT_DOCUMENT_INLINE_COMPLETION, params))
+        deadline = time.monotonic() + 30
+        while not any(busy_slots(llama_server)) and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)  # the server is generating for it
+        assert any(busy_slots(llama_server))
+        msg_id = max(c.protocol._request_futures)
+        c.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id=msg_id))
+        t0 = time.monotonic()
+        while any(busy_slots(llama_server)) and time.monotonic() - t0 < 5:
+            await asyncio.sleep(0.02)
+        freed = time.monotonic() - t0
+        try:
+            res = await asyncio.wait_for(fut, 30)
+        except JsonRpcException as exc:
+            assert "cancel" in str(exc).lower(), exc
+        else:
+            assert not res or not res.items, res
+        assert freed < 1.0, freed
+    recs = read_log(log)
+    assert any(r["outcome"] == "cancelled" for r in recs)
+    assert all("@ 127.0.0.1" in r["model"] for r in recs)
