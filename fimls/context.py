@@ -205,19 +205,17 @@ class ContextStore:
         if char_budget <= 0:
             return []
         cur = self._buffers.get(uri)
-        own = definitions(prefix[-20000:] + suffix[:20000]) if cur is None else None
-        whole = prefix + suffix
-        if cur is not None:
-            text = cur.text_of()
-            own = self._defs(cur, text) if text is not None else {}
-            whole = text if text is not None else whole
+        text = cur.text_of() if cur is not None else None
+        whole = text if text is not None else prefix + suffix
+        own = self._defs(cur, text) if cur is not None and text is not None else definitions(
+            prefix[-20000:] + suffix[:20000])
         before = prefix.splitlines()[-near[0]:] if near[0] else []
         after = suffix.splitlines()[:near[1] + 1]
         # Closest to the cursor first: the current line's, then upwards, then below.
         names: list[str] = []
         for ln in [*reversed(before), *after]:
             for name in reversed(_IDENT.findall(ln)):
-                if name not in names and name not in _COMMON and name not in (own or {}):
+                if name not in names and name not in _COMMON and name not in own:
                     names.append(name)
         others: dict[str, tuple[_Buffer, list[str], dict[str, list[int]]]] = {}
         for u, buf in self._buffers.items():

@@ -54,6 +54,15 @@ def commit(repo: Path, files: dict[str, str | bytes | None], message: str) -> st
     return git(repo, "rev-parse", "HEAD").strip()
 
 
+def init_repo(repo: Path) -> None:
+    """An empty repository at ``repo`` with an author and no signing."""
+    repo.mkdir()
+    git(repo, "init", "-q")
+    git(repo, "config", "user.name", "Test")
+    git(repo, "config", "user.email", "test@example.com")
+    git(repo, "config", "commit.gpgsign", "false")
+
+
 def insert_after(text: str, anchor: str, new: str) -> str:
     """``text`` with ``new`` inserted after the line that is ``anchor``."""
     i = text.index(anchor + "\n") + len(anchor) + 1
@@ -64,11 +73,7 @@ def insert_after(text: str, anchor: str, new: str) -> str:
 def history(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     """A repository with one commit per case; the case names by commit id."""
     repo = tmp_path / "proj"
-    repo.mkdir()
-    git(repo, "init", "-q")
-    git(repo, "config", "user.name", "Test")
-    git(repo, "config", "user.email", "test@example.com")
-    git(repo, "config", "commit.gpgsign", "false")
+    init_repo(repo)
     cases: dict[str, str] = {}
     app = ODD + BASE
     huge = "# a big file\n" + BASE * 60
@@ -312,11 +317,7 @@ def test_cross_file_tasks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     the defining file and unrelated ones listed to open; same-file and ambiguous names are
     no task, nor is a second call of the same name in one file."""
     repo = tmp_path / "proj"
-    repo.mkdir()
-    git(repo, "init", "-q")
-    git(repo, "config", "user.name", "Test")
-    git(repo, "config", "user.email", "test@example.com")
-    git(repo, "config", "commit.gpgsign", "false")
+    init_repo(repo)
     commit(repo, {
         "pkg/money.py": "def convert_amount(value, rate):\n    return value * rate\n",
         "pkg/dup_a.py": "def shared_name():\n    pass\n",

@@ -83,6 +83,16 @@ class CompletionResult:
         return self.record.outcome
 
 
+def gate(text: str, rec: LatencyRecord, min_confidence: float) -> str:
+    """``text``, or "" with ``rec.outcome`` "gated" when its confidence is below
+    ``min_confidence`` (a suggestion with no confidence, all forced text, is never gated)."""
+    if (text and min_confidence > 0 and rec.confidence is not None
+            and rec.confidence < min_confidence):
+        rec.outcome = "gated"
+        return ""
+    return text
+
+
 @dataclass(kw_only=True)
 class EngineConfig:
     """Model and context settings the engine is built with.

@@ -32,7 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fimls.drafting import Draft, DraftPolicy, PromptLookupDraft, monotone
-from fimls.engine.api import CompletionRequest, CompletionResult, EngineConfig
+from fimls.engine.api import CompletionRequest, CompletionResult, EngineConfig, gate
 from fimls.engine.cpu import extra_buffers_usable
 from fimls.engine.llama import LlamaModel, ModelLoadError
 from fimls.latency import LatencyRecord
@@ -501,13 +501,9 @@ class Engine:
                 self._prefill_idle(req, rec, cancelled)
                 text = ""
             else:
-                text = self._run(req, rec, cancelled)
-                if (text and req.min_confidence > 0 and rec.confidence is not None
-                        and rec.confidence < req.min_confidence):
-                    # Likely wrong: not shown. The memo keeps it, so typing it anyway
-                    # still finds it (a suggestion the user writes out is shown then).
-                    rec.outcome = "gated"
-                    text = ""
+                # Likely wrong: not shown. The memo keeps it, so typing it anyway still
+                # finds it (a suggestion the user writes out is shown then).
+                text = gate(self._run(req, rec, cancelled), rec, req.min_confidence)
         except Cancelled:
             rec.outcome = "cancelled"
             text = ""

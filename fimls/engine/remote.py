@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from fimls.engine.api import CompletionRequest, CompletionResult, EngineError
+from fimls.engine.api import CompletionRequest, CompletionResult, EngineError, gate
 from fimls.latency import LatencyRecord
 from fimls.postprocess import CursorContext, StopPolicy, cut_to_budget, finalize
 from fimls.prompt import Prompt, PromptInput, build_prompt, detect_template
@@ -248,7 +248,8 @@ class RemoteEngine:
             if self.on_status is not None:
                 self.on_status("ready" if ok else "unreachable", why)
 
-    def complete(self, req: CompletionRequest, cancelled: Callable[[], bool]) -> CompletionResult:
+    def complete(self, req: CompletionRequest, cancelled: Callable[[], bool], *,
+                 retried: bool = False) -> CompletionResult:
         """Stream one completion from the server, cut and trimmed as the local engine's."""
         t_start = time.monotonic()
         rec = LatencyRecord(uri=req.uri, version=req.version, request_id=req.request_id,
@@ -312,11 +313,17 @@ class RemoteEngine:
                     self._abort_stream(req.request_id)
                     break
                 if final:
-                    rec.stop = "eog" if rec.stop == "max_tokens" and final == "stop" else rec.stop
+                    if final == "stop":
+                        rec.stop = "eog"
                     break
         except (OSError, ValueError, http.client.HTTPException, EngineError) as exc:
             why = str(exc) or type(exc).__name__
-            self._set_reachable(False, why)
+            if (isinstance(exc, http.client.RemoteDisconnected | ConnectionResetError)
+                    and not out and not retried):
+                # Dropped before a word: once, at once (not a sign of an outage).
+                return self.complete(req, cancelled, retried=True)
+            if not req.prefill:
+                self._set_reachable(False, why)
             rec.outcome, rec.error = "error", f"engine server: {type(exc).__name__}"
             return self._done(req, rec, "", t_start)
         self._set_reachable(True)
@@ -325,14 +332,11 @@ class RemoteEngine:
         if probs:
             rec.confidence = round(min(probs), 4)
             rec.confidence_mean = round(sum(probs) / len(probs), 4)
-        text = finalize(out, ctx)
-        if (text and req.min_confidence > 0 and rec.confidence is not None
-                and rec.confidence < req.min_confidence):
-            rec.outcome = "gated"
-            return self._done(req, rec, "", t_start)
-        rec.outcome = "returned" if text else "empty"
+        text = gate(finalize(out, ctx), rec, req.min_confidence)
         if req.prefill:
             rec.outcome, text = "prefill", ""
+        elif rec.outcome != "gated":
+            rec.outcome = "returned" if text else "empty"
         return self._done(req, rec, text, t_start)
 
     def _parse(self, ev: dict[str, Any], rec: LatencyRecord) -> tuple[str, list[float], str]:

@@ -308,6 +308,13 @@ def _commit_tasks(repo: Path, name: str, commit: str, limits: Limits, rng: rando
     return out
 
 
+def _repo_name(repo: Path) -> str:
+    """Provenance names the repository by its folder, never by its full local path."""
+    where = repo.resolve()
+    name = where.parent.name if where.name == ".git" else where.name
+    return name[:-4] if name.endswith(".git") else name
+
+
 def from_git(repo: Path | str, *, n: int = 300, seed: int = 0, rev: str = "HEAD",
              since: str | None = None, max_commits: int | None = None,
              limits: Limits | None = None) -> tuple[list[dict[str, Any]], Counter[str]]:
@@ -318,10 +325,7 @@ def from_git(repo: Path | str, *, n: int = 300, seed: int = 0, rev: str = "HEAD"
     """
     limits = limits or Limits()
     repo = Path(repo)
-    # Provenance names the repository by its folder, never by its full local path.
-    where = repo.resolve()
-    name = where.parent.name if where.name == ".git" else where.name
-    name = name[:-4] if name.endswith(".git") else name
+    name = _repo_name(repo)
     rng = random.Random(seed)
     commits = list_commits(repo, rev, since, max_commits)
     rng.shuffle(commits)
@@ -496,9 +500,7 @@ def cross_file(repo: Path | str, *, n: int = 100, seed: int = 0, rev: str = "HEA
     """
     limits = limits or Limits()
     repo = Path(repo)
-    where = repo.resolve()
-    name = where.parent.name if where.name == ".git" else where.name
-    name = name[:-4] if name.endswith(".git") else name
+    name = _repo_name(repo)
     rng = random.Random(seed)
     skipped: Counter[str] = Counter()
     listing = _git(repo, "ls-tree", "-r", "--name-only", rev).decode("utf-8", "replace")
