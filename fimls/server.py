@@ -31,7 +31,7 @@ from pygls.protocol.language_server import lsp_method
 from fimls import __version__
 from fimls.config import Options, apply_dict
 from fimls.context import CHARS_PER_TOKEN as CONTEXT_CHARS_PER_TOKEN
-from fimls.context import ContextChunk, ContextStore
+from fimls.context import NEAR_AFTER, NEAR_BEFORE, ContextChunk, ContextStore
 from fimls.documents import DocumentStore, Pos, TextDocument, workspace_relative_path
 from fimls.engine.api import (
     CompletionRequest,
@@ -379,7 +379,8 @@ class FimlsServer(LanguageServer):
                                  context_tokens=c.context_tokens)
 
     def _context_for(self, doc: TextDocument, pos: Pos, prefix: str, suffix: str, *,
-                     idle: bool, near: tuple[int, int] | None = None) -> list[ContextChunk]:
+                     idle: bool, near: tuple[int, int] = (NEAR_BEFORE, NEAR_AFTER),
+                     ) -> list[ContextChunk]:
         """The other buffers' chunks for a cursor, kept stable while the user types.
 
         A request near where the current set was chosen gets that set unchanged, so the
@@ -394,8 +395,7 @@ class FimlsServer(LanguageServer):
         cur = self._context_sets.get(doc.uri)
         if cur is not None and abs(cur[0] - pos.line) <= CONTEXT_REGION_LINES and not idle:
             return cur[1]
-        chosen = (self.context.select(doc.uri, prefix, suffix, budget, near=near) if near
-                  else self.context.select(doc.uri, prefix, suffix, budget))
+        chosen = self.context.select(doc.uri, prefix, suffix, budget, near=near)
         if cur is not None and abs(cur[0] - pos.line) <= CONTEXT_REGION_LINES:
             have = {c.key for c in cur[1]}
             if all(c.key in have for c in chosen if c.source == "definition"):
