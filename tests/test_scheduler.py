@@ -81,7 +81,7 @@ def result(fut: Future[CompletionResult], timeout: float = T) -> CompletionResul
 
 def test_state_is_a_str_enum_with_the_wire_values() -> None:
     assert [s.value for s in EngineState] == ["idle", "loading", "ready", "failed",
-                                               "restarting"]
+                                               "restarting", "unreachable"]
     assert EngineState.READY == "ready" and json.dumps(EngineState.FAILED) == '"failed"'
     assert str(EngineState.RESTARTING) == "restarting"
 
