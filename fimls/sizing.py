@@ -7,7 +7,10 @@ machine prefills in about :data:`PROMPT_SECONDS`, learned from real prefill timi
 start-up measurement on a busy machine would be noise), starting from a guess by model size.
 
 The window changes only when the measured speed moves a whole rung, because a new window
-size moves the window's start and the KV cache then starts over.
+size moves the window's start and the KV cache then starts over. And a new size is only
+adopted at the next prompt the cache does not cover anyway (another file, a jump): text the
+model already read costs nothing, whatever the window, so the keystroke after a
+measurement is not the one that pays for it.
 """
 
 from __future__ import annotations
@@ -51,6 +54,9 @@ class PromptSizer:
         self.samples = 0
         self.fixed = fixed
         self.tokens = fixed or self._rung_for(prior_rate)
+        """The window the measured speed asks for."""
+        self.window = self.tokens
+        """The window prompts are built with: ``tokens``, once :meth:`adopt` was called."""
 
     @staticmethod
     def _rung_for(rate: float) -> int:
@@ -82,6 +88,15 @@ class PromptSizer:
                 return True
         return False
 
+    @property
+    def pending(self) -> bool:
+        """True when the measured window is not yet the one prompts are built with."""
+        return self.window != self.tokens
+
+    def adopt(self) -> None:
+        """Build prompts with the measured window from now on."""
+        self.window = self.tokens
+
     def budget(self, cap: int) -> int:
         """Tokens the prompt may use, at most ``cap`` (what the context leaves)."""
-        return max(8, min(self.tokens, cap))
+        return max(8, min(self.window, cap))

@@ -77,3 +77,31 @@ def test_verify_costs_are_learned_from_requests(tmp_path: Path) -> None:
     cached = json.loads(cache.read_text())[key]
     assert {int(k): v for k, v in cached.items()} == pytest.approx(
         {k: round(v, 4) for k, v in learned.items()})
+
+
+def test_a_new_window_size_waits_for_a_cache_miss(engine: Engine) -> None:
+    # Regression: on a slow machine the first request's prefill timing shrank the window,
+    # which moved its start, and the next keystroke recomputed the whole prompt.
+    code = "".join(f"def function_{i}(x):\n    return x * {i}\n\n" for i in range(200))
+    sizer = engine.sizer
+    saved = (sizer.tokens, sizer.window, sizer.fixed)
+    try:
+        engine.reset()
+        sizer.fixed, sizer.tokens, sizer.window = 0, 600, 600
+
+        def ask(prefix: str, uri: str) -> tuple[int, int]:
+            res = engine.complete(CompletionRequest(uri=uri, version=1, prefix=prefix, suffix="",
+                                                    max_tokens=4), lambda: False)
+            return res.record.prompt_tokens, res.record.reused_tokens
+
+        first, _ = ask(code + "def f", "file:///a.py")
+        assert 500 < first <= 600
+        sizer.tokens = 300  # as a prefill timing would set it
+        size, reused = ask(code + "def fu", "file:///a.py")
+        assert size > 500 and reused >= 0.9 * size and sizer.pending
+        other = "".join(f"class C{i}:\n    pass\n\n" for i in range(200))
+        size, _ = ask(other + "class D", "file:///b.py")
+        assert size <= 300 and not sizer.pending
+    finally:
+        sizer.tokens, sizer.window, sizer.fixed = saved
+        engine.reset()

@@ -60,3 +60,14 @@ def test_a_gpu_learns_its_speed_from_the_first_sample() -> None:
 def test_a_fixed_budget_never_moves() -> None:
     s = PromptSizer(140.0, fixed=2000)
     assert not s.observe(1000, 100.0) and s.tokens == 2000
+
+
+def test_a_new_window_waits_for_the_next_prompt_the_cache_does_not_cover() -> None:
+    s = PromptSizer(600.0)
+    assert s.budget(8000) == 3072 and not s.pending
+    for _ in range(10):
+        s.observe(512, 512 / 150.0)
+    # Measured, not yet used: the prompt the cache holds keeps its window.
+    assert s.pending and s.tokens < 3072 and s.budget(8000) == 3072
+    s.adopt()
+    assert not s.pending and s.budget(8000) == s.tokens

@@ -26,7 +26,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -52,6 +52,8 @@ from fimls.sizing import PromptSizer, prior_rate
 __all__ = ["Cancelled", "Engine", "EngineConfig"]
 
 log = logging.getLogger(__name__)
+
+_P = TypeVar("_P")
 
 
 MIN_MEMO_SUGGESTION = 8  # replayed tokens that make a follow-up suggestion worth showing
@@ -306,15 +308,33 @@ class Engine:
 
     def _observe_prefill(self, tokens: int, seconds: float) -> None:
         if self.sizer.observe(tokens, seconds):
-            log.info("prefill runs at %.0f tokens/s here: prompts are now %d tokens",
-                     self.sizer.rate, self.sizer.tokens)
+            log.info("prefill runs at %.0f tokens/s here: prompts will be %d tokens "
+                     "from the next one not in the cache", self.sizer.rate, self.sizer.tokens)
+
+    def _sized(self, make: Callable[[int], _P], tokens: Callable[[_P], list[int]],
+               max_tokens: int) -> _P:
+        """``make(budget)``, with a newly measured window only where the cache is lost anyway.
+
+        The window's size decides its start: changing it under a prompt the cache holds
+        would recompute the whole prompt for nothing. So the old window stays while it
+        reuses at least half of the cache's prompt, and the new one is adopted at the first
+        prompt that would be mostly evaluated anyway.
+        """
+        built = make(self.prompt_budget(max_tokens))
+        if self.sizer.pending:
+            toks = tokens(built)
+            if _lcp(toks, self.kv) < max(1, len(toks) // 2):
+                self.sizer.adopt()
+                built = make(self.prompt_budget(max_tokens))
+        return built
 
     def build(self, req: CompletionRequest) -> Prompt:
         """The canonical prompt for a request."""
         inp = PromptInput(prefix=req.prefix, suffix=req.suffix, prefix_offset=req.prefix_offset,
                           repo_name=req.repo_name, rel_path=req.rel_path,
                           context=tuple(req.context), context_tokens=req.context_tokens)
-        return build_prompt(self.template, self.vocab, inp, self.prompt_budget(req.max_tokens))
+        return self._sized(lambda budget: build_prompt(self.template, self.vocab, inp, budget),
+                           lambda p: p.tokens, req.max_tokens)
 
     def _align_with_path(self, prompt: Prompt) -> tuple[list[int], bytes]:
         """Re-express the prompt along the cached token path when that covers more text.
@@ -536,8 +556,9 @@ class Engine:
             inp = PromptInput(prefix=req.prefix, suffix="", repo_name=req.repo_name,
                               rel_path=req.rel_path, context=tuple(req.context),
                               context_tokens=req.context_tokens)
-            tokens = opening_prompt(self.template, self.vocab, inp,
-                                    self.prompt_budget(req.max_tokens))
+            tokens = self._sized(
+                lambda budget: opening_prompt(self.template, self.vocab, inp, budget),
+                lambda t: t, req.max_tokens)
             common = _lcp(tokens, self.kv)
             rec.prompt_tokens = len(tokens)
             rec.reused_tokens = common
