@@ -230,3 +230,38 @@ async def test_llama_server_a_cancelled_request_frees_its_slot(
     recs = read_log(log)
     assert any(r["outcome"] == "cancelled" for r in recs)
     assert all("@ 127.0.0.1" in r["model"] for r in recs)
+
+
+async def test_llama_server_answers_as_the_engine_here(
+        tmp_path: Path, llama_server: str) -> None:
+    # The healed token at the cursor is forced by a grammar and a blank line's leading
+    # newline ruled out, as in-process: the same greedy text, cursor inside a word included.
+    tasks = humaneval("Single", n=6, stride=150)
+    tasks += [{"prefix": t["prefix"] + t["target"][:len(t["target"]) // 2],
+               "suffix": t["suffix"], "target": t["target"][len(t["target"]) // 2:]}
+              for t in tasks[:3]]
+    local = Engine(EngineConfig(model_path=resolve_model(QWEN), n_ctx=4096,
+                                measure_costs=False))
+    try:
+        here = [local.complete(CompletionRequest(
+            uri=f"file:///t{i}.py", version=1, prefix=t["prefix"], suffix=t["suffix"],
+            max_tokens=24, speculative="off"), lambda: False).text
+            for i, t in enumerate(tasks)]
+    finally:
+        local.close()
+    log = tmp_path / "lat.jsonl"
+    there: list[str] = []
+    # (The other open documents out of the prompt: the engine here had none.)
+    args = [*engine_args(llama_server, log, "llama"), "--context-tokens", "0"]
+    async with session(args=args) as (c, _):
+        for i, t in enumerate(tasks):
+            uri = (tmp_path / f"t{i}.py").as_uri()
+            open_doc(c, uri, t["prefix"] + t["suffix"])
+            line, col = end_position(t["prefix"])
+            res = await inline(c, uri, line, col)
+            there.append(res.items[0].insert_text if res and res.items else "")  # type: ignore[misc]
+    same = sum(a == b for a, b in zip(here, there, strict=True))
+    assert same >= len(tasks) - 2, list(zip(here, there, strict=True))
+    right_here = sum(score(x, t["target"]).line_exact for x, t in zip(here, tasks, strict=True))
+    right_there = sum(score(x, t["target"]).line_exact for x, t in zip(there, tasks, strict=True))
+    assert right_there >= right_here - 1, (here, there)

@@ -52,6 +52,18 @@ class Unreachable(EngineError):
     """The server could not be reached (or failed); requests are answered empty."""
 
 
+def forcing_grammar(forced: str, *, ban_newline: bool) -> str:
+    """A GBNF grammar for output that starts with ``forced`` (token healing) and, with
+    ``ban_newline``, goes on with something other than a line break (on a blank line a
+    suggestion that starts with one would be invisible); then anything."""
+    lit = "".join(ch if ch.isascii() and ch.isalnum() else
+                  f"\\x{ord(ch):02X}" if ord(ch) < 0x80 else
+                  f"\\u{ord(ch):04X}" if ord(ch) < 0x10000 else f"\\U{ord(ch):08X}"
+                  for ch in forced)
+    first = " [^\\r\\n]" if ban_newline else ""
+    return f'root ::= "{lit}"{first} [^\\x00]*\n'
+
+
 def _detokenize(vocab: Any, tokens: list[int]) -> str:
     return b"".join(vocab.piece(t) for t in tokens).decode("utf-8", "replace")
 
@@ -141,16 +153,17 @@ class RemoteEngine:
 
     # -- the request ------------------------------------------------------------------------
 
-    def _prompt(self, req: CompletionRequest) -> tuple[Prompt, list[int]]:
-        """The prompt, with the healed token put back: a server cannot force a prefix of
-        its output, so it gets the text up to the cursor as it is."""
+    def _prompt(self, req: CompletionRequest, forced: bool) -> tuple[Prompt, list[int]]:
+        """The prompt's tokens. With ``forced`` (a server that takes a grammar) the healed
+        token stays out, as in-process, and the grammar forces its text; otherwise it is
+        put back: the server gets the text up to the cursor as it is."""
         inp = PromptInput(prefix=req.prefix, suffix=req.suffix, prefix_offset=req.prefix_offset,
                           repo_name=req.repo_name, rel_path=req.rel_path,
                           context=tuple(req.context), context_tokens=req.context_tokens)
         budget = min(self.prompt_tokens, self.n_ctx - req.max_tokens - 8)
         prompt = build_prompt(self.template, self.vocab, inp, max(64, budget))
         tokens = list(prompt.tokens)
-        if prompt.constraint:
+        if prompt.constraint and not forced:
             healed = self.vocab.tokenize(prompt.constraint)
             t = self.template
             if t.kind == "fim" and t.order == "psm" and t.suf in tokens:
@@ -162,7 +175,8 @@ class RemoteEngine:
             tokens[at:at] = healed
         return prompt, tokens
 
-    def _body(self, req: CompletionRequest, tokens: list[int]) -> tuple[str, dict[str, Any]]:
+    def _body(self, req: CompletionRequest, tokens: list[int],
+              grammar: str | None) -> tuple[str, dict[str, Any]]:
         stops = [_detokenize(self.vocab, [t]) for t in sorted(self.template.stop_ids)]
         if self.protocol == "llama":
             body: dict[str, Any] = {
@@ -172,6 +186,8 @@ class RemoteEngine:
                 # the gate needs), and the server's timings with every chunk (the stream
                 # is often closed before its last).
                 "n_probs": 1, "timings_per_token": True, "stop": stops}
+            if grammar is not None:
+                body["grammar"] = grammar
             if self.slots:
                 # One slot per document: its cache keeps that document's prompt.
                 body["id_slot"] = zlib.crc32(req.uri.encode()) % self.slots
@@ -262,16 +278,29 @@ class RemoteEngine:
         if not self._reachable and time.monotonic() < self._retry_at:
             rec.outcome, rec.error = "empty", "unreachable"
             return self._done(req, rec, "", t_start)
-        prompt, tokens = self._prompt(req)
+        ctx = CursorContext.from_text(req.prefix, req.suffix)
+        prompt, tokens = self._prompt(req, forced=self.protocol == "llama")
+        # What the output must start with (the healed token's text), as in-process: only
+        # llama-server takes a grammar to force it.
+        forced = ""
+        grammar = None
+        if self.protocol == "llama" and prompt.constraint:
+            try:
+                forced = prompt.constraint.decode("utf-8")
+            except UnicodeDecodeError:  # half a character: put the token back instead
+                prompt, tokens = self._prompt(req, forced=False)
+            else:
+                grammar = forcing_grammar(
+                    forced, ban_newline=ctx.mode != "line" and not ctx.line_prefix.strip())
         rec.prompt_tokens = len(tokens)
         rec.context_tokens, rec.context_sources = prompt.context_tokens, prompt.context_sources
-        path, body = self._body(req, tokens)
+        path, body = self._body(req, tokens, grammar)
         events: queue.Queue[Any] = queue.Queue()
         threading.Thread(target=self._stream, args=(path, body, req.request_id, events),
                          daemon=True, name="fimls-remote").start()
-        ctx = CursorContext.from_text(req.prefix, req.suffix)
         policy = StopPolicy(ctx=ctx, max_lines=req.max_lines)
         out, probs, line_done = "", [], False
+        raw = ""  # the server's text, forced part included
         t_first: float | None = None
         rec.stop = "max_tokens"
         try:
@@ -292,6 +321,20 @@ class RemoteEngine:
                     rec.hop_ms = ev[1]
                     continue
                 piece, piece_probs, final = self._parse(ev, rec)
+                if forced:
+                    # The forced text is the cursor's own: not part of the suggestion.
+                    raw += piece
+                    if len(raw) < len(forced) and forced.startswith(raw) and not final:
+                        continue
+                    if raw.startswith(forced):
+                        piece = raw[len(forced):]
+                    elif forced.startswith(raw):
+                        piece = ""  # stopped before the forced text was complete
+                    else:
+                        log.warning("engine server ignored the grammar forcing the text at "
+                                    "the cursor")
+                        piece = raw
+                    forced = ""
                 if piece and t_first is None:
                     t_first = time.monotonic()
                     rec.ttft_ms = (t_first - req.created) * 1000.0
