@@ -357,8 +357,11 @@ def _editor_bench(args: argparse.Namespace, opts: Options, models: list[str | No
         label = catalogue_name(path) or path.name
         serve = [*_strip_flag(flags, "--model"), "--model", str(model)]
         log_path = out / f"editor-{label}.jsonl"
-        runs = {"fimls": peer.run_fimls(serve, tasks, typing=args.typing,
-                                        latency_log=log_path, progress=step)}
+        if args.editors > 1:
+            runs = _editors_at_once(serve, tasks, args.editors, args.typing, out, label, step)
+        else:
+            runs = {"fimls": peer.run_fimls(serve, tasks, typing=args.typing,
+                                            latency_log=log_path, progress=step)}
         if args.open_wait:
             runs[f"fimls, opened {args.open_wait:g}s before"] = peer.run_fimls(
                 serve, tasks, typing=0, open_wait=args.open_wait,
@@ -375,6 +378,24 @@ def _editor_bench(args: argparse.Namespace, opts: Options, models: list[str | No
             idle = peer.idle_prefill_stats(out / f"editor-{label}-opened.jsonl")
             summary[label][f"fimls, opened {args.open_wait:g}s before"]["idle_prefill"] = idle
     return {"summary": summary, "rows": rows}
+
+
+def _editors_at_once(serve: list[str], tasks: list[Any], editors: int, typing: int,
+                     out: Path, label: str, step: Callable[[str], None],
+                     ) -> dict[str, list[dict[str, Any]]]:
+    """``editors`` fimls serve processes at the same time, each typing its share of the
+    tasks: what a team sharing one ``--engine`` server sees, editor by editor."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from fimls.tools import peer
+
+    def one(i: int) -> list[dict[str, Any]]:
+        return peer.run_fimls(serve, tasks[i::editors], typing=typing,
+                              latency_log=out / f"editor-{label}-{i + 1}.jsonl", progress=step)
+
+    with ThreadPoolExecutor(editors) as pool:
+        results = list(pool.map(one, range(editors)))
+    return {f"fimls, editor {i + 1}/{editors}": rows for i, rows in enumerate(results)}
 
 
 def _cross_bench(args: argparse.Namespace, opts: Options, models: list[str | None],
@@ -574,6 +595,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "--peer, else 0)")
     b.add_argument("--typing", type=int, default=3,
                    help="characters of the real text typed per task in the editor scenario")
+    b.add_argument("--editors", type=int, default=1,
+                   help="in the editor scenario, this many fimls serve processes typing at "
+                   "once, each on its share of the tasks (with --engine: a team sharing "
+                   "one server)")
     b.add_argument("--open-wait", type=float, default=0.0,
                    help="also run fimls with this many seconds between opening a document "
                    "and the first request (a user reading: idle prefill)")
