@@ -210,14 +210,16 @@ class RemoteEngine:
             t0 = time.monotonic()
             conn.connect()
             out.put(("hop", (time.monotonic() - t0) * 1000.0))
+            # Connected: the server is there. Its first byte waits for a free slot and the
+            # prompt, which under a team's load takes longer than a connection may.
+            if conn.sock is not None:
+                conn.sock.settimeout(READ_TIMEOUT_S)
             conn.request("POST", self._base + path, body=json.dumps(body).encode(),
                          headers=self._headers())
             resp = conn.getresponse()
             if resp.status != 200:
                 raise Unreachable(f"engine server answered HTTP {resp.status} "
                                   f"{resp.reason} at {path}")
-            if conn.sock is not None:
-                conn.sock.settimeout(READ_TIMEOUT_S)
             while True:
                 line = resp.readline()
                 if not line:
