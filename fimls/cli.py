@@ -531,7 +531,7 @@ def _passthrough_flags(args: argparse.Namespace) -> list[str]:
     keep = {"model", "nCtx", "nBatch", "threads", "nGpuLayers", "maxTokens", "maxLines",
             "draftModel", "draftMax", "ngramMax", "isolation", "loadTimeoutS", "cancelGraceMs",
             "promptTokens", "maxTimeMs", "idlePrefill", "reuseSuffix", "contextTokens",
-            "minConfidence", "engine", "engineProtocol", "engineKey"}
+            "minConfidence", "engine", "engineProtocol", "engineKey", "engineSlot"}
     out: list[str] = []
     for key, flag, _default, _doc in describe():
         value = getattr(args, f"opt_{key}", None)

@@ -26,6 +26,7 @@ SPECULATIVE_MODES = ("auto", "off", "lookup", "model")
 FIM_ORDERS = ("auto", "psm", "spm")
 ISOLATIONS = ("process", "thread")
 ENGINE_PROTOCOLS = ("auto", "llama", "openai")
+ENGINE_SLOTS = ("document", "server")
 
 # What a field's metadata may say about its values (read by ``_coerce``):
 #   min / max:  inclusive bounds of an integer
@@ -80,6 +81,10 @@ class ModelOptions:
     (/v1/completions) or auto (llama when the server answers /props)."""
     engine_key: str | None = _opt(None, nullable=True)
     """Bearer token for ``engine`` (or the FIMLS_ENGINE_KEY environment variable)."""
+    engine_slot: str = _opt("document", choices=ENGINE_SLOTS)
+    """Which llama-server slot serves a document: document (the same slot every time, its
+    cache keeps the document's prompt; one editor per server) or server (the server picks
+    an idle slot with the most similar cached prompt; a team sharing a server)."""
 
 
 @dataclass(kw_only=True)

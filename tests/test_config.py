@@ -41,6 +41,7 @@ def test_defaults() -> None:
         "nGpuLayers": 0,
         "fimOrder": "auto", "isolation": "process", "loadTimeoutS": 300,
         "cancelGraceMs": 5000, "engine": None, "engineProtocol": "auto", "engineKey": None,
+        "engineSlot": "document",
         "maxTokens": 64, "maxLines": 8, "maxTimeMs": 1000,
         "speculative": "auto",
         "draftModel": None, "draftMax": 8, "ngramMax": 3, "idlePrefill": True,

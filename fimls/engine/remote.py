@@ -35,6 +35,7 @@ from urllib.parse import urlsplit
 
 from fimls.engine.api import CompletionRequest, CompletionResult, EngineError, gate
 from fimls.latency import LatencyRecord
+from fimls.memo import SuggestionMemo
 from fimls.postprocess import CursorContext, StopPolicy, cut_to_budget, finalize
 from fimls.prompt import Prompt, PromptInput, build_prompt, detect_template
 
@@ -73,7 +74,7 @@ class RemoteEngine:
 
     def __init__(self, url: str, model_path: Path, *, protocol: str = "auto",
                  key: str | None = None, n_ctx: int = 4096, prompt_tokens: int = 0,
-                 fim_order: str = "auto") -> None:
+                 fim_order: str = "auto", slot: str = "document") -> None:
         from fimls.engine.llama import LlamaModel
 
         parts = urlsplit(url.rstrip("/"))
@@ -95,6 +96,9 @@ class RemoteEngine:
         # Called with "unreachable" (and a reason) or "ready" when that changes.
         self.on_status: Callable[[str, str | None], None] | None = None
         self.protocol = protocol
+        # Typing what was suggested is answered here, with no round trip (fimls.memo).
+        self.memo = SuggestionMemo()
+        self.slot = slot  # "document": id_slot from the URI; "server": the server picks
         self.slots = 0  # llama-server's slot count (/props), 0: unknown
         self._reachable = True
         self._retry_at = 0.0
@@ -188,7 +192,7 @@ class RemoteEngine:
                 "n_probs": 1, "timings_per_token": True, "stop": stops}
             if grammar is not None:
                 body["grammar"] = grammar
-            if self.slots:
+            if self.slots and self.slot == "document":
                 # One slot per document: its cache keeps that document's prompt.
                 body["id_slot"] = zlib.crc32(req.uri.encode()) % self.slots
             return "/completion", body
@@ -277,6 +281,12 @@ class RemoteEngine:
             # Idle prefill is the server's business (cache_prompt keeps what it saw).
             rec.outcome = "prefill"
             return self._done(req, rec, "", t_start)
+        if not req.prefill and req.speculative != "off":
+            rest = self.memo.recall(req.uri, req.prefix, req.prefix_offset, req.suffix)
+            if rest is not None:
+                rec.stop, rec.outcome = "memo", "returned"
+                rec.ttft_ms = (time.monotonic() - req.created) * 1000.0
+                return self._done(req, rec, rest, t_start)
         if not self._reachable and time.monotonic() < self._retry_at:
             rec.outcome, rec.error = "empty", "unreachable"
             return self._done(req, rec, "", t_start)
@@ -363,7 +373,8 @@ class RemoteEngine:
                     break
         except (OSError, ValueError, http.client.HTTPException, EngineError) as exc:
             why = str(exc) or type(exc).__name__
-            if (isinstance(exc, http.client.RemoteDisconnected | ConnectionResetError)
+            if (isinstance(exc, http.client.RemoteDisconnected | ConnectionResetError
+                                | BrokenPipeError)
                     and not out and not retried):
                 # Dropped before a word: once, at once (not a sign of an outage).
                 return self.complete(req, cancelled, retried=True)
@@ -377,7 +388,11 @@ class RemoteEngine:
         if probs:
             rec.confidence = round(min(probs), 4)
             rec.confidence_mean = round(sum(probs) / len(probs), 4)
-        text = gate(finalize(out, ctx), rec, req.min_confidence)
+        text = finalize(out, ctx)
+        # Kept even when the gate hides it: typing it anyway then finds it.
+        self.memo.remember(req.uri, req.prefix, req.prefix_offset, req.suffix, text,
+                           keep=req.prefill == "next")
+        text = gate(text, rec, req.min_confidence)
         if req.prefill:
             rec.outcome, text = "prefill", ""
         elif rec.outcome != "gated":
@@ -422,7 +437,8 @@ class RemoteEngine:
         self._abort_stream(request_id)
 
     def reset(self) -> None:
-        """Nothing is cached here (the server keeps its own cache)."""
+        """Forget the suggestions shown (the server keeps its own cache)."""
+        self.memo = SuggestionMemo()
 
     def close(self) -> None:
         """Stop the stream in flight and free the vocabulary."""
@@ -439,5 +455,6 @@ def remote_engine(options: Any) -> RemoteEngine:
     m = options.model
     key = m.engine_key or os.environ.get("FIMLS_ENGINE_KEY") or None
     return RemoteEngine(m.engine, resolve_model(m.model), protocol=m.engine_protocol, key=key,
-                        n_ctx=m.n_ctx, prompt_tokens=m.prompt_tokens, fim_order=m.fim_order)
+                        n_ctx=m.n_ctx, prompt_tokens=m.prompt_tokens, fim_order=m.fim_order,
+                        slot=m.engine_slot)
 
