@@ -27,7 +27,15 @@ from fimls.engine.api import CompletionRequest
 from fimls.engine.core import Engine, EngineConfig
 from fimls.models import resolve_model
 from fimls.quality import score
-from tests.lsp_helpers import end_position, humaneval, inline, open_doc, read_log, session
+from tests.lsp_helpers import (
+    end_position,
+    humaneval,
+    inline,
+    insert,
+    open_doc,
+    read_log,
+    session,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 QWEN = "qwen2.5-coder-0.5b"
@@ -134,7 +142,9 @@ async def test_an_unreachable_server_is_one_message_and_completions_come_back(
         first = await inline(c, uri, line, col)
         assert first is not None and first.items
         openai_server.stop()
-        for _ in range(4):  # an editor keeps asking as the user types
+        for k in range(4):  # an editor keeps asking as the user types (not the suggestion)
+            insert(c, uri, k + 2, line, col, "(")
+            col += 1
             res = await inline(c, uri, line, col)
             assert res is None or not res.items
         st = await c.protocol.send_request_async("fimls/status", None)
@@ -203,9 +213,11 @@ async def test_llama_server_a_cancelled_request_frees_its_slot(
         open_doc(c, uri, long_doc)
         ok = await inline(c, uri, 1, 0)  # warm: the model answers through the server
         del ok
+        # A character that is not the suggestion: asked again, it is the server's work.
+        insert(c, uri, 2, 1, 0, "Q")
         params = types.InlineCompletionParams(
             text_document=types.TextDocumentIdentifier(uri=uri),
-            position=types.Position(line=1, character=0),
+            position=types.Position(line=1, character=1),
             context=types.InlineCompletionContext(
                 trigger_kind=types.InlineCompletionTriggerKind.Invoked))
         fut = asyncio.ensure_future(c.protocol.send_request_async(
@@ -265,3 +277,27 @@ async def test_llama_server_answers_as_the_engine_here(
     right_here = sum(score(x, t["target"]).line_exact for x, t in zip(here, tasks, strict=True))
     right_there = sum(score(x, t["target"]).line_exact for x, t in zip(there, tasks, strict=True))
     assert right_there >= right_here - 1, (here, there)
+
+
+async def test_typing_the_suggestion_needs_no_round_trip(
+        tmp_path: Path, openai_server: OpenAIServer) -> None:
+    log = tmp_path / "lat.jsonl"
+    doc = "def add(a, b):\n    return "
+    # Idle work on: still nothing but the editor's own requests reaches the server.
+    args = [a if a != "false" else "true" for a in engine_args(openai_server.url, log, "openai")]
+    async with session(args=args) as (c, _):
+        uri = (tmp_path / "a.py").as_uri()
+        open_doc(c, uri, doc + "\n")
+        line, col = end_position(doc)
+        first = await inline(c, uri, line, col)
+        assert first is not None and first.items
+        shown = first.items[0].insert_text
+        assert isinstance(shown, str) and len(shown) > 2
+        openai_server.stop()  # typed text is answered here, with the server gone
+        insert(c, uri, 2, line, col, shown[:2])
+        res = await inline(c, uri, line, col + 2)
+        assert res is not None and res.items and res.items[0].insert_text == shown[2:]
+    recs = read_log(log, idle=True)
+    asked = [r for r in recs if r["outcome"] != "prefill"]
+    assert [r["stop"] for r in asked][-1] == "memo" and asked[-1]["hop_ms"] == 0
+    assert all(r["model_ms"] < 50 for r in recs if r["outcome"] == "prefill")
