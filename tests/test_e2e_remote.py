@@ -245,9 +245,10 @@ async def test_llama_server_a_cancelled_request_frees_its_slot(
 
 
 async def test_llama_server_answers_as_the_engine_here(
-        tmp_path: Path, llama_server: str) -> None:
+        tmp_path: Path, llama_server: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # The healed token at the cursor is forced by a grammar and a blank line's leading
     # newline ruled out, as in-process: the same greedy text, cursor inside a word included.
+    # Then again with no local GGUF: the server's own vocabulary, over HTTP.
     tasks = humaneval("Single", n=6, stride=150)
     tasks += [{"prefix": t["prefix"] + t["target"][:len(t["target"]) // 2],
                "suffix": t["suffix"], "target": t["target"][len(t["target"]) // 2:]}
@@ -262,16 +263,25 @@ async def test_llama_server_answers_as_the_engine_here(
     finally:
         local.close()
     log = tmp_path / "lat.jsonl"
-    there: list[str] = []
+
+    async def ask(args: list[str]) -> list[str]:
+        there: list[str] = []
+        async with session(args=args) as (c, _):
+            for i, t in enumerate(tasks):
+                uri = (tmp_path / f"t{i}.py").as_uri()
+                open_doc(c, uri, t["prefix"] + t["suffix"])
+                line, col = end_position(t["prefix"])
+                res = await inline(c, uri, line, col)
+                there.append(res.items[0].insert_text  # type: ignore[misc]
+                             if res and res.items else "")
+        return there
+
     # (The other open documents out of the prompt: the engine here had none.)
     args = [*engine_args(llama_server, log, "llama"), "--context-tokens", "0"]
-    async with session(args=args) as (c, _):
-        for i, t in enumerate(tasks):
-            uri = (tmp_path / f"t{i}.py").as_uri()
-            open_doc(c, uri, t["prefix"] + t["suffix"])
-            line, col = end_position(t["prefix"])
-            res = await inline(c, uri, line, col)
-            there.append(res.items[0].insert_text if res and res.items else "")  # type: ignore[misc]
+    there = await ask(args)
+    monkeypatch.delenv("FIMLS_MODEL", raising=False)
+    served_vocab = await ask([a for a in args if a not in ("--model", QWEN)])
+    assert served_vocab == there
     same = sum(a == b for a, b in zip(here, there, strict=True))
     assert same >= len(tasks) - 2, list(zip(here, there, strict=True))
     right_here = sum(score(x, t["target"]).line_exact for x, t in zip(here, tasks, strict=True))

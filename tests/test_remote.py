@@ -1,5 +1,6 @@
 """The remote engine's pieces that need no server: the grammar that forces the text at the
-cursor, checked against llama.cpp's own grammar sampler on the real vocabulary."""
+cursor, checked against llama.cpp's own grammar sampler on the real vocabulary, and the
+server's vocabulary read over HTTP."""
 
 from __future__ import annotations
 
@@ -7,14 +8,17 @@ import ctypes
 import math
 from collections.abc import Iterator
 from types import SimpleNamespace
+from typing import Any
 
 import llama_cpp as L
 import pytest
 
 from fimls.engine.core import Engine
+from fimls.engine.httpvocab import HttpVocab
 from fimls.engine.llama import LlamaModel, Vocab
 from fimls.engine.remote import forcing_grammar
 from fimls.models import resolve_model
+from fimls.prompt import detect_template
 
 
 @pytest.fixture(scope="module")
@@ -50,3 +54,34 @@ def test_the_grammar_allows_what_the_engine_here_allows(vocab: Vocab, forced: st
              if Engine._allowed(here, t, forced.encode(), ban)}  # type: ignore[arg-type]
     assert allowed and local
     assert allowed == local, (sorted(allowed - local)[:10], sorted(local - allowed)[:10])
+
+
+def test_the_served_vocabulary_tokenizes_as_the_gguf(vocab: Vocab) -> None:
+    # llama-server's /tokenize, /detokenize and /props answered by the same tokenizer (the
+    # real server is in tests/test_e2e_remote.py): HttpVocab must read them as the GGUF.
+    def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
+        if path == "/detokenize":
+            return {"content": b"".join(vocab.piece(t) for t in body["tokens"]).decode()}
+        assert path == "/tokenize" and body["with_pieces"]
+        ids = vocab.tokenize(body["content"], add_special=body["add_special"],
+                             parse_special=body["parse_special"])
+        out = []
+        for t in ids:
+            p = vocab.piece(t)
+            try:
+                out.append({"id": t, "piece": p.decode("utf-8")})
+            except UnicodeDecodeError:
+                out.append({"id": t, "piece": list(p)})
+        return {"tokens": out}
+
+    props = {"bos_token": vocab.piece(vocab.bos).decode() if vocab.bos >= 0 else "",
+             "eos_token": vocab.piece(vocab.eos).decode(), "total_slots": 1}
+    served = HttpVocab(post, props, vocab.n_tokens)
+    assert (served.bos, served.eos, served.add_bos) == (vocab.bos, vocab.eos, vocab.add_bos)
+    assert detect_template(served) == detect_template(vocab)
+    for text in ("def f(x):\n    return x", "naïve 🙂 <|fim_prefix|>", "\n\n\t  "):
+        assert served.tokenize(text) == vocab.tokenize(text)
+        assert all(served.piece(t) == vocab.piece(t) for t in vocab.tokenize(text))
+    before = served.requests
+    served.tokenize("def f(x):\n    return x")  # remembered: no round trip
+    assert served.requests == before

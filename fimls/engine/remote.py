@@ -72,9 +72,11 @@ def _detokenize(vocab: Any, tokens: list[int]) -> str:
 class RemoteEngine:
     """:class:`fimls.engine.api.EngineLike` over HTTP(S) to an inference server."""
 
-    def __init__(self, url: str, model_path: Path, *, protocol: str = "auto",
+    def __init__(self, url: str, model_path: Path | None, *, protocol: str = "auto",
                  key: str | None = None, n_ctx: int = 4096, prompt_tokens: int = 0,
                  fim_order: str = "auto", slot: str = "document") -> None:
+        """``model_path``: a GGUF whose vocabulary (only) is read; None: llama-server's
+        own vocabulary, asked over HTTP (the default model's when the server cannot say)."""
         from fimls.engine.llama import LlamaModel
 
         parts = urlsplit(url.rstrip("/"))
@@ -85,12 +87,6 @@ class RemoteEngine:
         self._port = parts.port or (443 if parts.scheme == "https" else 80)
         self._base = parts.path.rstrip("/")
         self.key = key
-        self._vocab_model = LlamaModel(model_path, vocab_only=True)
-        self.vocab = self._vocab_model.vocab
-        self.template = detect_template(self.vocab, order=fim_order)
-        self.n_ctx = n_ctx
-        self.prompt_tokens = prompt_tokens or min(DEFAULT_PROMPT_TOKENS, n_ctx)
-        self.model_name = f"{model_path.name} @ {self._host}:{self._port}"
         self.warnings: list[str] = []
         self.on_exit: Callable[[str], None] | None = None
         # Called with "unreachable" (and a reason) or "ready" when that changes.
@@ -105,8 +101,33 @@ class RemoteEngine:
         self._backoff = BACKOFF_FIRST_S
         self._lock = threading.Lock()
         self._current: tuple[str, http.client.HTTPConnection] | None = None
+        props = self._props() if protocol in ("auto", "llama") else None
         if protocol == "auto":
-            self.protocol = self._detect()
+            self.protocol = "openai" if props == {} else "llama"
+        if props:
+            self.slots = int(props.get("total_slots") or 0)
+        self._vocab_model: LlamaModel | None = None
+        self.vocab: Any
+        if model_path is None and self.protocol == "llama" and props:
+            from fimls.engine.httpvocab import HttpVocab
+
+            self.vocab = HttpVocab(self._post, props, self._n_vocab())
+            name = Path(str(props.get("model_path") or "model")).name
+            log.info("engine %s: the server's vocabulary (%s)", self.url, name)
+        else:
+            if model_path is None:
+                from fimls.models import resolve_model
+
+                model_path = resolve_model(None)
+                log.warning("engine %s: its vocabulary is not served; using %s's (--model "
+                            "names the server's GGUF)", self.url, model_path.name)
+            self._vocab_model = LlamaModel(model_path, vocab_only=True)
+            self.vocab = self._vocab_model.vocab
+            name = model_path.name
+        self.template = detect_template(self.vocab, order=fim_order)
+        self.n_ctx = n_ctx
+        self.prompt_tokens = prompt_tokens or min(DEFAULT_PROMPT_TOKENS, n_ctx)
+        self.model_name = f"{name} @ {self._host}:{self._port}"
 
     @property
     def pid(self) -> int | None:
@@ -141,19 +162,44 @@ class RemoteEngine:
         finally:
             conn.close()
 
-    def _detect(self) -> str:
-        """llama-server answers ``/props``; anything else is taken as OpenAI-compatible."""
+    def _props(self) -> dict[str, Any] | None:
+        """llama-server's ``/props``; {} when the server is not llama-server (taken as
+        OpenAI-compatible), None when it cannot be reached (taken as llama-server)."""
         try:
             props = self._get("/props")
         except (OSError, ValueError, http.client.HTTPException):
             log.warning("engine %s: not reachable to detect its protocol; assuming "
                         "llama-server (--engine-protocol sets it)", self.url)
-            return "llama"
+            return None
         if props is not None and ("default_generation_settings" in props
                                   or "total_slots" in props):
-            self.slots = int(props.get("total_slots") or 0)
-            return "llama"
-        return "openai"
+            return props
+        return {}
+
+    def _n_vocab(self) -> int:
+        """The vocabulary's size from llama-server's ``/v1/models`` (0: not said)."""
+        try:
+            models = self._get("/v1/models") or {}
+            return int(((models.get("data") or [{}])[0].get("meta") or {}).get("n_vocab", 0))
+        except (OSError, ValueError, TypeError, AttributeError, http.client.HTTPException):
+            return 0
+
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST ``body`` to ``path`` and return the JSON answer (raises on failure)."""
+        conn = self._connection(READ_TIMEOUT_S)
+        try:
+            conn.request("POST", self._base + path, body=json.dumps(body).encode(),
+                         headers=self._headers())
+            resp = conn.getresponse()
+            data = resp.read()
+            if resp.status != 200:
+                raise Unreachable(f"engine server answered HTTP {resp.status} at {path}")
+            out = json.loads(data)
+            if not isinstance(out, dict):
+                raise Unreachable(f"engine server answered {path} with no object")
+            return out
+        finally:
+            conn.close()
 
     # -- the request ------------------------------------------------------------------------
 
@@ -178,6 +224,21 @@ class RemoteEngine:
                 at = len(tokens)
             tokens[at:at] = healed
         return prompt, tokens
+
+    def _request_prompt(self, req: CompletionRequest, ctx: CursorContext,
+                        ) -> tuple[Prompt, list[int], str, str | None]:
+        """The prompt, its tokens, the text the output must start with (the healed token's,
+        as in-process) and the grammar that forces it: only llama-server takes one."""
+        prompt, tokens = self._prompt(req, forced=self.protocol == "llama")
+        if self.protocol != "llama" or not prompt.constraint:
+            return prompt, tokens, "", None
+        try:
+            forced = prompt.constraint.decode("utf-8")
+        except UnicodeDecodeError:  # half a character: put the token back instead
+            prompt, tokens = self._prompt(req, forced=False)
+            return prompt, tokens, "", None
+        ban = ctx.mode != "line" and not ctx.line_prefix.strip()
+        return prompt, tokens, forced, forcing_grammar(forced, ban_newline=ban)
 
     def _body(self, req: CompletionRequest, tokens: list[int],
               grammar: str | None) -> tuple[str, dict[str, Any]]:
@@ -294,19 +355,13 @@ class RemoteEngine:
             rec.outcome, rec.error = "empty", "unreachable"
             return self._done(req, rec, "", t_start)
         ctx = CursorContext.from_text(req.prefix, req.suffix)
-        prompt, tokens = self._prompt(req, forced=self.protocol == "llama")
-        # What the output must start with (the healed token's text), as in-process: only
-        # llama-server takes a grammar to force it.
-        forced = ""
-        grammar = None
-        if self.protocol == "llama" and prompt.constraint:
-            try:
-                forced = prompt.constraint.decode("utf-8")
-            except UnicodeDecodeError:  # half a character: put the token back instead
-                prompt, tokens = self._prompt(req, forced=False)
-            else:
-                grammar = forcing_grammar(
-                    forced, ban_newline=ctx.mode != "line" and not ctx.line_prefix.strip())
+        try:
+            prompt, tokens, forced, grammar = self._request_prompt(req, ctx)
+        except (OSError, ValueError, http.client.HTTPException, EngineError) as exc:
+            # (The server's tokenizer, without a local GGUF.)
+            self._set_reachable(False, str(exc) or type(exc).__name__)
+            rec.outcome, rec.error = "error", f"engine server: {type(exc).__name__}"
+            return self._done(req, rec, "", t_start)
         rec.prompt_tokens = len(tokens)
         rec.context_tokens, rec.context_sources = prompt.context_tokens, prompt.context_sources
         path, body = self._body(req, tokens, grammar)
@@ -442,7 +497,8 @@ class RemoteEngine:
     def close(self) -> None:
         """Stop the stream in flight and free the vocabulary."""
         self._abort_stream()
-        self._vocab_model.close()
+        if self._vocab_model is not None:
+            self._vocab_model.close()
 
 
 def remote_engine(options: Any) -> RemoteEngine:
@@ -453,7 +509,10 @@ def remote_engine(options: Any) -> RemoteEngine:
 
     m = options.model
     key = m.engine_key or os.environ.get("FIMLS_ENGINE_KEY") or None
-    return RemoteEngine(m.engine, resolve_model(m.model), protocol=m.engine_protocol, key=key,
+    # A model named (option or $FIMLS_MODEL) gives the vocabulary; else the server does.
+    named = m.model or os.environ.get("FIMLS_MODEL")
+    return RemoteEngine(m.engine, resolve_model(named) if named else None,
+                        protocol=m.engine_protocol, key=key,
                         n_ctx=m.n_ctx, prompt_tokens=m.prompt_tokens, fim_order=m.fim_order,
                         slot=m.engine_slot)
 
