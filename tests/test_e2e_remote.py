@@ -11,12 +11,15 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -47,15 +50,18 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float = 180.0) -> None:
+def wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float = 180.0,
+              context: ssl.SSLContext | None = None) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"server exited with {proc.returncode}")
         try:
-            with urllib.request.urlopen(url, timeout=2) as r:
+            with urllib.request.urlopen(url, timeout=2, context=context) as r:
                 if r.status == 200:
                     return
+        except urllib.error.HTTPError:
+            return  # it answers (with an error: an API key is asked for)
         except OSError:
             time.sleep(0.3)
     raise RuntimeError(f"{url} did not answer within {timeout} s")
@@ -64,19 +70,22 @@ def wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float = 180.0) -
 class OpenAIServer:
     """llama-cpp-python's server on a fixed port, which a test can stop and start again."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, extra: Sequence[str] = (), scheme: str = "http") -> None:
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{scheme}://127.0.0.1:{self.port}"
         self.log = tmp / "llama-cpp-server.log"
+        self.extra = list(extra)
+        self.context: ssl.SSLContext | None = None  # trusts an https server's certificate
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         cmd = [sys.executable, "-m", "tests.llama_cpp_server", "--model",
                str(resolve_model(QWEN)), "--host", "127.0.0.1", "--port", str(self.port),
-               "--n_ctx", "4096", "--n_threads", str(min(4, os.cpu_count() or 1))]
+               "--n_ctx", "4096", "--n_threads", str(min(4, os.cpu_count() or 1)),
+               *self.extra]
         with self.log.open("ab") as err:
             self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=err, stderr=err)
-        wait_http(self.url + "/v1/models", self.proc)
+        wait_http(self.url + "/v1/models", self.proc, context=self.context)
 
     def stop(self) -> None:
         if self.proc is not None:
@@ -165,6 +174,40 @@ async def test_an_unreachable_server_is_one_message_and_completions_come_back(
     outcomes = [r["outcome"] for r in read_log(log)]
     assert outcomes[0] == "returned" and outcomes[-1] == "returned"
     assert "error" in outcomes
+
+
+async def test_https_with_a_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl command to make a certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+    srv = OpenAIServer(tmp_path, ["--ssl_keyfile", str(key), "--ssl_certfile", str(cert),
+                                  "--api_key", "team-secret"], scheme="https")
+    srv.context = ssl.create_default_context(cafile=str(cert))
+    srv.start()
+    # The server's certificate is trusted the way a team would: the system's store (here
+    # the file OpenSSL is pointed at).
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    doc = "def add(a, b):\n    return "
+    try:
+        answers = {}
+        for name, extra in (("no key", []), ("key", ["--engine-key", "team-secret"])):
+            log = tmp_path / f"lat-{name}.jsonl"
+            async with session(args=[*engine_args(srv.url, log, "openai"), *extra]) as (c, _):
+                uri = (tmp_path / "a.py").as_uri()
+                open_doc(c, uri, doc + "\n")
+                line, col = end_position(doc)
+                res = await inline(c, uri, line, col)
+                answers[name] = res.items[0].insert_text if res and res.items else ""
+                st = await c.protocol.send_request_async("fimls/status", None)
+                answers[name + " state"] = st.state
+        assert answers["key"] and answers["key state"] == "ready", answers
+        # Without the key the server refuses, and fimls says so, once.
+        assert not answers["no key"] and answers["no key state"] == "unreachable", answers
+    finally:
+        srv.stop()
 
 
 def llama_server_binary() -> Path | None:
