@@ -217,7 +217,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if editor_n:
         editor_tasks = load_tasks(args.editor_set or args.sets.split(",")[0].strip(),
                                   editor_n)[1]
-        total += len(editor_tasks) * len(models) * (1 + bool(args.peer) + bool(args.open_wait))
+        total += (len(editor_tasks) * len(models)
+                  * (1 + bool(args.peer) + 2 * bool(args.open_wait)))
     cross_tasks: list[Task] = []
     if args.cross_set:
         cross_tasks = load_tasks(args.cross_set, args.cross_tasks)[1]
@@ -366,6 +367,10 @@ def _editor_bench(args: argparse.Namespace, opts: Options, models: list[str | No
             runs[f"fimls, opened {args.open_wait:g}s before"] = peer.run_fimls(
                 serve, tasks, typing=0, open_wait=args.open_wait,
                 latency_log=out / f"editor-{label}-opened.jsonl", progress=step)
+            # As fimls's VS Code and Neovim plugins do: the cursor is told once it rests.
+            runs[f"fimls, opened {args.open_wait:g}s before, cursor told"] = peer.run_fimls(
+                serve, tasks, typing=0, open_wait=args.open_wait, cursor_hint=True,
+                latency_log=out / f"editor-{label}-cursor.jsonl", progress=step)
         if args.peer:
             runs["llama-server"] = peer.run_peer(
                 Path(args.peer), path, tasks, typing=args.typing,

@@ -61,6 +61,9 @@ OPEN_CONTEXT_LINES = 40  # after didOpen: identifiers of the file's first lines 
 ACCEPT_COMMAND = "fimls.acceptCompletion"
 STATUS_REQUEST = "fimls/status"
 DOCUMENT_STATE_REQUEST = "fimls/documentState"
+CURSOR_NOTIFICATION = "fimls/cursor"
+"""Where the cursor rests ({textDocument: {uri}, position}), from fimls's own editor
+plugins: the idle prefill then evaluates the prompt there before it is asked for."""
 # What editors report about a suggestion, and the event it becomes in the latency log.
 OUTCOME_NOTIFICATIONS = {"fimls/didShowCompletion": "shown", "fimls/didAccept": "accepted",
                          "fimls/didPartiallyAccept": "partial", "fimls/didDismiss": "dismissed"}
@@ -295,6 +298,22 @@ class FimlsServer(LanguageServer):
             # The cursor is most likely just after the last edit (the text before its start
             # did not change, so the start's offset is the same in the new text).
             self._plan_prefill(uri, doc.offset_at(rng[0], self.encoding) + len(text))
+
+    def on_cursor(self, params: Any) -> None:
+        """fimls/cursor: the user's cursor rests here (a file opened at a line, a click, a
+        jump). Without it the cursor is known only at the first request, and a file opened
+        deep down gets its opening evaluated, which serves no cursor there."""
+        td = getattr(params, "textDocument", None)
+        pos = getattr(params, "position", None)
+        uri = getattr(td, "uri", None)
+        line, char = getattr(pos, "line", None), getattr(pos, "character", None)
+        if (not isinstance(uri, str) or not isinstance(line, int) or not isinstance(char, int)
+                or line < 0 or char < 0):
+            log.debug("%s without a document and position ignored", CURSOR_NOTIFICATION)
+            return
+        doc = self.docs.get(uri)
+        if doc is not None:
+            self._plan_prefill(uri, doc.offset_at(Pos(line, char), self.encoding))
 
     def _plan_prefill(self, uri: str, cursor: int | None) -> None:
         """After a short pause with no request, evaluate what the next request will need:
@@ -544,6 +563,11 @@ def document_state(ls: FimlsServer, params: Any) -> dict[str, Any] | None:
             "length": len(doc.text), "lineCount": doc.line_count}
 
 
+def cursor(ls: FimlsServer, params: Any) -> None:
+    """fimls/cursor: where the user's cursor rests."""
+    ls.on_cursor(params)
+
+
 def outcome_handler(event: str) -> Callable[[FimlsServer, Any], None]:
     """The handler of one outcome notification: logs ``event`` for the request it names."""
     def on_outcome(ls: FimlsServer, params: Any) -> None:
@@ -598,6 +622,7 @@ def build_server(options: Options, engine_factory: EngineFactory) -> FimlsServer
     server.command(ACCEPT_COMMAND)(accept_command)
     server.feature(STATUS_REQUEST)(status)
     server.feature(DOCUMENT_STATE_REQUEST)(document_state)
+    server.feature(CURSOR_NOTIFICATION)(cursor)
     for method, event in OUTCOME_NOTIFICATIONS.items():
         server.feature(method)(outcome_handler(event))
     server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions())(completion)

@@ -325,6 +325,34 @@ async def test_idle_prefill_reads_the_file_before_the_first_request(engine: Engi
     assert s["requests"] == 2 and s["idle_prefill"]["runs"] == len(idle) >= 2
 
 
+async def test_the_cursor_a_plugin_reports_is_prefilled_before_the_request(
+        tmp_path: Path) -> None:
+    # A long file opened at a line far from its top (a jump, a search result): the file's
+    # opening would serve no cursor there. fimls's plugins send fimls/cursor.
+    log = tmp_path / "lat.jsonl"
+    body = "".join(f"def helper_{i}(x):\n    return x + {i}\n\n" for i in range(300))
+    prefix = body + "def total(xs):\n    "
+    text = prefix + "\n\nprint(total([1, 2]))\n"
+    async with session(args=["--model", QWEN.name, "--latency-log", str(log),
+                             "--max-tokens", "16", "--prompt-tokens", "512"]) as (c, _):
+        uri = (tmp_path / "helpers.py").as_uri()
+        open_doc(c, uri, text)
+        line, col = end_position(prefix)
+        c.protocol.notify("fimls/cursor", {"textDocument": {"uri": uri},
+                                           "position": {"line": line, "character": col}})
+        await _wait_for(log, lambda recs: any(r.get("outcome") == "prefill"
+                                              and r.get("evaluated_tokens", 0) > 0
+                                              for r in recs))
+        res = await inline(c, uri, line, col)
+        assert res is not None
+    recs = read_log(log, idle=True)
+    asks = [r for r in recs if r["outcome"] in ("returned", "empty")]
+    assert len(asks) == 1
+    # The whole prompt at the cursor was evaluated while the user read.
+    assert asks[0]["reused_tokens"] == asks[0]["prompt_tokens"] > 300, asks[0]
+    assert asks[0]["evaluated_tokens"] < 40, asks[0]
+
+
 async def test_accepting_a_suggestion_finds_the_next_one_ready(tmp_path: Path) -> None:
     log = tmp_path / "lat.jsonl"
     text = files("fimls").joinpath("examples/primes.py").read_text()

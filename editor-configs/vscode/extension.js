@@ -3,6 +3,8 @@
 // change (workspace/didChangeConfiguration), shows the last request's latency and the
 // acceptance rate in the status bar, and tells the server which suggestions were shown
 // (fimls/didShowCompletion); accepting runs the item's command, which the server logs.
+// Where the cursor rests (a file opened at a line, a click, a jump) goes to the server as
+// fimls/cursor, so it evaluates the prompt there while the user reads.
 'use strict';
 const vscode = require('vscode');
 const os = require('os');
@@ -77,6 +79,23 @@ function makeClient(context, out) {
   return new LanguageClient('fimls', 'fimls', serverOptions, clientOptions);
 }
 
+// Sent once the cursor has rested this long: moving through a file sends nothing.
+const CURSOR_REST_MS = 250;
+let cursorTimer;
+
+function reportCursor(editor) {
+  clearTimeout(cursorTimer);
+  if (!editor || !client) return;
+  cursorTimer = setTimeout(() => {
+    if (!client || !client.isRunning()) return;
+    const c2p = client.code2ProtocolConverter;
+    client.sendNotification('fimls/cursor', {
+      textDocument: c2p.asTextDocumentIdentifier(editor.document),
+      position: c2p.asPosition(editor.selection.active),
+    });
+  }, CURSOR_REST_MS);
+}
+
 exports.activate = async function activate(context) {
   const out = vscode.window.createOutputChannel('fimls', { log: true });
   status = vscode.window.createStatusBarItem(vscode.StatusBarAlignment.Right, 100);
@@ -95,7 +114,11 @@ exports.activate = async function activate(context) {
     const doc = await vscode.workspace.openTextDocument(vscode.Uri.file(latencyLogPath()));
     await vscode.window.showTextDocument(doc, { preview: true });
   }));
+  context.subscriptions.push(
+    vscode.window.onDidChangeTextEditorSelection((e) => reportCursor(e.textEditor)),
+    vscode.window.onDidChangeActiveTextEditor((e) => reportCursor(e)));
   await client.start();
+  reportCursor(vscode.window.activeTextEditor);
   out.info('fimls started: inlineCompletionProvider=' +
     JSON.stringify(client.initializeResult && client.initializeResult.capabilities.inlineCompletionProvider));
 };

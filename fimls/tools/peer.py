@@ -80,7 +80,7 @@ def summarize_editor(rows: list[dict[str, Any]]) -> dict[str, Any]:
 async def _fimls_session(cmd: list[str], tasks: Sequence[Task], typing: int, open_wait: float,
                          progress: Callable[[str], None] | None,
                          open_extra: bool = False, in_repo: bool = False,
-                         ) -> list[dict[str, Any]]:
+                         cursor_hint: bool = False) -> list[dict[str, Any]]:
     from lsprotocol import types
 
     root = "file:///bench/repo" if open_extra or in_repo else None
@@ -97,9 +97,12 @@ async def _fimls_session(cmd: list[str], tasks: Sequence[Task], typing: int, ope
                 extra.append(f"{root}/{path}")
                 open_doc(client, extra[-1], body)
         open_doc(client, uri, task.prefix + task.suffix)
+        line, col = utf16_position(task.prefix)
+        if cursor_hint:
+            client.protocol.notify("fimls/cursor", {"textDocument": {"uri": uri},
+                                                    "position": {"line": line, "character": col}})
         if open_wait:
             await asyncio.sleep(open_wait)
-        line, col = utf16_position(task.prefix)
         lat: list[float] = []
         first = ""
         for k in range(typing + 1):
@@ -129,10 +132,12 @@ async def _fimls_session(cmd: list[str], tasks: Sequence[Task], typing: int, ope
 def run_fimls(serve_args: list[str], tasks: Sequence[Task], *, typing: int,
               open_wait: float = 0.0, latency_log: Path | None = None,
               progress: Callable[[str], None] | None = None,
-              open_extra: bool = False, in_repo: bool = False) -> list[dict[str, Any]]:
+              open_extra: bool = False, in_repo: bool = False,
+              cursor_hint: bool = False) -> list[dict[str, Any]]:
     """Drive one ``fimls serve`` (started with ``serve_args``) over the tasks, as an editor
     (``in_repo``: each document at its path in a workspace; ``open_extra``: also with the
-    task's other files open first)."""
+    task's other files open first; ``cursor_hint``: as fimls's plugins, tell the server
+    where the cursor rests once the document is open)."""
     import sys
 
     cmd = [sys.executable, "-m", "fimls", "serve", *serve_args, "--log-level", "WARNING"]
@@ -140,7 +145,7 @@ def run_fimls(serve_args: list[str], tasks: Sequence[Task], *, typing: int,
         latency_log.unlink(missing_ok=True)
         cmd += ["--latency-log", str(latency_log)]
     return asyncio.run(_fimls_session(cmd, tasks, typing, open_wait, progress, open_extra,
-                                      in_repo))
+                                      in_repo, cursor_hint))
 
 
 def _post(url: str, body: dict[str, Any], timeout: float = 600.0) -> dict[str, Any]:
@@ -239,14 +244,14 @@ def idle_prefill_stats(log: Path) -> dict[str, Any]:
 
 def format_side_by_side(table: dict[str, dict[str, dict[str, Any]]]) -> str:
     """One row per model and system; fimls's rows carry their ratio to the peer's."""
-    head = (f"{'model':<22} {'system':<22} {'first p50':>10} {'first p95':>10} "
+    head = (f"{'model':<22} {'system':<38} {'first p50':>10} {'first p95':>10} "
             f"{'key p50':>9} {'key p95':>9} {'line':>6} {'chars':>6} {'empty':>6}")
     lines = [head, "-" * len(head)]
     for model, systems in table.items():
         peer = systems.get("llama-server")
         for name, s in systems.items():
             lines.append(
-                f"{model:<22} {name:<22} {s['first_p50_ms']:>8.0f}ms {s['first_p95_ms']:>8.0f}ms"
+                f"{model:<22} {name:<38} {s['first_p50_ms']:>8.0f}ms {s['first_p95_ms']:>8.0f}ms"
                 f" {s['typing_p50_ms']:>7.0f}ms {s['typing_p95_ms']:>7.0f}ms"
                 f" {s['line_exact']:>6.3f} {s['char_prefix_ratio']:>6.3f} {s['empty']:>6.2f}")
             if peer is not None and name != "llama-server":
@@ -254,7 +259,7 @@ def format_side_by_side(table: dict[str, dict[str, dict[str, Any]]]) -> str:
                           peer: dict[str, Any] = peer) -> str:
                     p = peer.get(key) or float("nan")
                     return f"{s[key] / p:.2f}x" if p == p and p else "-"
-                lines.append(f"{'':<22} {'  vs llama-server':<22} {ratio('first_p50_ms'):>10} "
+                lines.append(f"{'':<22} {'  vs llama-server':<38} {ratio('first_p50_ms'):>10} "
                              f"{ratio('first_p95_ms'):>10} {ratio('typing_p50_ms'):>9} "
                              f"{ratio('typing_p95_ms'):>9} "
                              f"{s['line_exact'] - peer['line_exact']:>+6.3f} "

@@ -214,6 +214,25 @@ function M.attach(buf)
     local c = vim.api.nvim_win_get_cursor(0)
     if c[1] - 1 ~= st.item.row or c[2] ~= st.item.col then M.dismiss(buf) end
   end })
+  -- Where the cursor rests (the file opened at a line, a jump, a search hit) goes to the
+  -- server, which evaluates the prompt there while the user reads.
+  local rest = (vim.uv or vim.loop).new_timer()
+  local function report_cursor()
+    rest:stop()
+    rest:start(250, 0, vim.schedule_wrap(function()
+      if not vim.api.nvim_buf_is_valid(buf) or vim.api.nvim_get_current_buf() ~= buf then return end
+      local client = client_for(buf)
+      if not client then return end
+      client:notify('fimls/cursor', vim.lsp.util.make_position_params(0, client.offset_encoding))
+    end))
+  end
+  vim.api.nvim_create_autocmd({ 'CursorMoved', 'BufEnter' }, { group = g, buffer = buf,
+    callback = report_cursor })
+  vim.api.nvim_create_autocmd('BufWipeout', { group = g, buffer = buf, callback = function()
+    rest:stop()
+    rest:close()
+  end })
+  report_cursor()
   local k = M.config.keymaps
   map(buf, k.accept, M.accept, '<Tab>')
   map(buf, k.accept_word, M.accept_word)
