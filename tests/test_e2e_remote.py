@@ -109,27 +109,40 @@ def engine_args(url: str, log: Path, protocol: str) -> list[str]:
             "--latency-log", str(log), "--max-tokens", "24", "--idle-prefill", "false"]
 
 
-async def test_completions_through_an_openai_compatible_server(
-        tmp_path: Path, openai_server: OpenAIServer) -> None:
-    tasks = humaneval("Single", n=6, stride=150)
+def answers_here(tasks: list[dict[str, str]]) -> list[str]:
+    """The engine in this process, greedy, on each task: what the server should answer."""
     local = Engine(EngineConfig(model_path=resolve_model(QWEN), n_ctx=4096,
                                 measure_costs=False))
     try:
-        here = [local.complete(CompletionRequest(
+        return [local.complete(CompletionRequest(
             uri=f"file:///t{i}.py", version=1, prefix=t["prefix"], suffix=t["suffix"],
             max_tokens=24, speculative="off"), lambda: False).text
             for i, t in enumerate(tasks)]
     finally:
         local.close()
-    log = tmp_path / "lat.jsonl"
+
+
+async def answers_there(args: list[str], tasks: list[dict[str, str]],
+                        tmp_path: Path) -> list[str]:
+    """``fimls serve`` (with ``args``) asked at each task's cursor, as an editor would."""
     there: list[str] = []
-    async with session(args=engine_args(openai_server.url, log, "openai")) as (c, _):
+    async with session(args=args) as (c, _):
         for i, t in enumerate(tasks):
             uri = (tmp_path / f"t{i}.py").as_uri()
             open_doc(c, uri, t["prefix"] + t["suffix"])
             line, col = end_position(t["prefix"])
             res = await inline(c, uri, line, col)
-            there.append(res.items[0].insert_text if res and res.items else "")  # type: ignore[misc]
+            there.append(res.items[0].insert_text  # type: ignore[misc]
+                         if res and res.items else "")
+    return there
+
+
+async def test_completions_through_an_openai_compatible_server(
+        tmp_path: Path, openai_server: OpenAIServer) -> None:
+    tasks = humaneval("Single", n=6, stride=150)
+    here = answers_here(tasks)
+    log = tmp_path / "lat.jsonl"
+    there = await answers_there(engine_args(openai_server.url, log, "openai"), tasks, tmp_path)
     assert sum(bool(x) for x in there) >= len(tasks) - 1, there
     right_here = sum(score(x, t["target"]).line_exact for x, t in zip(here, tasks, strict=True))
     right_there = sum(score(x, t["target"]).line_exact for x, t in zip(there, tasks, strict=True))
@@ -296,34 +309,14 @@ async def test_llama_server_answers_as_the_engine_here(
     tasks += [{"prefix": t["prefix"] + t["target"][:len(t["target"]) // 2],
                "suffix": t["suffix"], "target": t["target"][len(t["target"]) // 2:]}
               for t in tasks[:3]]
-    local = Engine(EngineConfig(model_path=resolve_model(QWEN), n_ctx=4096,
-                                measure_costs=False))
-    try:
-        here = [local.complete(CompletionRequest(
-            uri=f"file:///t{i}.py", version=1, prefix=t["prefix"], suffix=t["suffix"],
-            max_tokens=24, speculative="off"), lambda: False).text
-            for i, t in enumerate(tasks)]
-    finally:
-        local.close()
+    here = answers_here(tasks)
     log = tmp_path / "lat.jsonl"
-
-    async def ask(args: list[str]) -> list[str]:
-        there: list[str] = []
-        async with session(args=args) as (c, _):
-            for i, t in enumerate(tasks):
-                uri = (tmp_path / f"t{i}.py").as_uri()
-                open_doc(c, uri, t["prefix"] + t["suffix"])
-                line, col = end_position(t["prefix"])
-                res = await inline(c, uri, line, col)
-                there.append(res.items[0].insert_text  # type: ignore[misc]
-                             if res and res.items else "")
-        return there
-
     # (The other open documents out of the prompt: the engine here had none.)
     args = [*engine_args(llama_server, log, "llama"), "--context-tokens", "0"]
-    there = await ask(args)
+    there = await answers_there(args, tasks, tmp_path)
     monkeypatch.delenv("FIMLS_MODEL", raising=False)
-    served_vocab = await ask([a for a in args if a not in ("--model", QWEN)])
+    served_vocab = await answers_there([a for a in args if a not in ("--model", QWEN)], tasks,
+                                       tmp_path)
     assert served_vocab == there
     same = sum(a == b for a, b in zip(here, there, strict=True))
     assert same >= len(tasks) - 2, list(zip(here, there, strict=True))
