@@ -85,7 +85,11 @@ class OpenAIServer:
                *self.extra]
         with self.log.open("ab") as err:
             self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=err, stderr=err)
-        wait_http(self.url + "/v1/models", self.proc, context=self.context)
+        try:
+            wait_http(self.url + "/v1/models", self.proc, context=self.context)
+        except BaseException:
+            self.stop()  # a server that never answered must not outlive the test
+            raise
 
     def stop(self) -> None:
         if self.proc is not None:
