@@ -14,12 +14,9 @@ sends about one request (the prefix window) before the completion.
 
 from __future__ import annotations
 
-import logging
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
-
-log = logging.getLogger(__name__)
 
 _CACHED_TEXTS = 256
 

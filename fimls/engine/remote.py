@@ -125,6 +125,8 @@ class RemoteEngine:
             self.vocab = self._vocab_model.vocab
             name = model_path.name
         self.template = detect_template(self.vocab, order=fim_order)
+        # The texts of the template's stop tokens, sent with every request.
+        self._stops = [_detokenize(self.vocab, [t]) for t in sorted(self.template.stop_ids)]
         self.n_ctx = n_ctx
         self.prompt_tokens = prompt_tokens or min(DEFAULT_PROMPT_TOKENS, n_ctx)
         self.model_name = f"{name} @ {self._host}:{self._port}"
@@ -203,46 +205,48 @@ class RemoteEngine:
 
     # -- the request ------------------------------------------------------------------------
 
-    def _prompt(self, req: CompletionRequest, forced: bool) -> tuple[Prompt, list[int]]:
-        """The prompt's tokens. With ``forced`` (a server that takes a grammar) the healed
-        token stays out, as in-process, and the grammar forces its text; otherwise it is
-        put back: the server gets the text up to the cursor as it is."""
+    def _build(self, req: CompletionRequest) -> Prompt:
+        """The prompt as the engine here builds it (the healed token left out)."""
         inp = PromptInput(prefix=req.prefix, suffix=req.suffix, prefix_offset=req.prefix_offset,
                           repo_name=req.repo_name, rel_path=req.rel_path,
                           context=tuple(req.context), context_tokens=req.context_tokens)
         budget = min(self.prompt_tokens, self.n_ctx - req.max_tokens - 8)
-        prompt = build_prompt(self.template, self.vocab, inp, max(64, budget))
+        return build_prompt(self.template, self.vocab, inp, max(64, budget))
+
+    def _put_back(self, prompt: Prompt) -> list[int]:
+        """The prompt's tokens with the healed token put back before the suffix: the
+        server gets the text up to the cursor as it is."""
         tokens = list(prompt.tokens)
-        if prompt.constraint and not forced:
-            healed = self.vocab.tokenize(prompt.constraint)
-            t = self.template
-            if t.kind == "fim" and t.order == "psm" and t.suf in tokens:
-                at = tokens.index(t.suf)
-            elif t.kind == "fim" and t.mid >= 0 and tokens and tokens[-1] == t.mid:
-                at = len(tokens) - 1
-            else:
-                at = len(tokens)
-            tokens[at:at] = healed
-        return prompt, tokens
+        healed = self.vocab.tokenize(prompt.constraint)
+        t = self.template
+        if t.kind == "fim" and t.order == "psm" and t.suf in tokens:
+            at = tokens.index(t.suf)
+        elif t.kind == "fim" and t.mid >= 0 and tokens and tokens[-1] == t.mid:
+            at = len(tokens) - 1
+        else:
+            at = len(tokens)
+        tokens[at:at] = healed
+        return tokens
 
     def _request_prompt(self, req: CompletionRequest, ctx: CursorContext,
                         ) -> tuple[Prompt, list[int], str, str | None]:
         """The prompt, its tokens, the text the output must start with (the healed token's,
         as in-process) and the grammar that forces it: only llama-server takes one."""
-        prompt, tokens = self._prompt(req, forced=self.protocol == "llama")
-        if self.protocol != "llama" or not prompt.constraint:
-            return prompt, tokens, "", None
+        prompt = self._build(req)
+        if not prompt.constraint:
+            return prompt, list(prompt.tokens), "", None
         try:
-            forced = prompt.constraint.decode("utf-8")
+            forced = prompt.constraint.decode("utf-8") if self.protocol == "llama" else ""
         except UnicodeDecodeError:  # half a character: put the token back instead
-            prompt, tokens = self._prompt(req, forced=False)
-            return prompt, tokens, "", None
+            forced = ""
+        if not forced:
+            return prompt, self._put_back(prompt), "", None
         ban = ctx.mode != "line" and not ctx.line_prefix.strip()
-        return prompt, tokens, forced, forcing_grammar(forced, ban_newline=ban)
+        return prompt, list(prompt.tokens), forced, forcing_grammar(forced, ban_newline=ban)
 
     def _body(self, req: CompletionRequest, tokens: list[int],
               grammar: str | None) -> tuple[str, dict[str, Any]]:
-        stops = [_detokenize(self.vocab, [t]) for t in sorted(self.template.stop_ids)]
+        stops = self._stops
         if self.protocol == "llama":
             body: dict[str, Any] = {
                 "prompt": tokens, "n_predict": req.max_tokens, "temperature": 0,
