@@ -32,6 +32,9 @@ RING_SIZE = 16  # chunks, as llama.vim's ring_n_chunks
 RING_CHUNK_LINES = 64  # as llama.vim's ring_chunk_size
 RING_SIMILAR = 0.9  # a new chunk this similar to an old one replaces it
 DEF_LINES = 10  # most lines kept of one definition
+CLASS_EXTRA = 6  # more lines for a class: its methods' signatures
+SIGNATURE_LINES = 16  # most lines of one signature
+MIN_NAME = 3  # shorter names near the cursor are locals (i, e, it), not looked up
 RECENT_LINES = 12  # lines around the last edit or request in another buffer
 NEAR_BEFORE = 24  # lines before the cursor whose identifiers are looked up
 NEAR_AFTER = 4
@@ -45,6 +48,7 @@ _ASSIGN = re.compile(
     r"^(?:export\s+)?(?:(?:const|let|var)\s+)?(?P<name>[A-Za-z_]\w*)\s*(?::[^=\n]*)?=(?!=)",
     re.M)
 _IDENT = re.compile(r"[A-Za-z_]\w*")
+_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'')
 # Names a file imports: Python's ``from m import a, b`` (parenthesised over lines too) and
 # JavaScript/TypeScript's ``import {a, b} from`` / ``import a from``.
 _IMPORTS = re.compile(
@@ -100,22 +104,47 @@ def definitions(text: str) -> dict[str, list[int]]:
     return out
 
 
+def signature_end(lines: list[str], at: int, most: int = SIGNATURE_LINES) -> int:
+    """The last line of the header starting at line ``at``: the line where its brackets
+    close, or where a C-like body's brace opens, within ``most`` lines."""
+    depth = 0
+    for i in range(at, min(len(lines), at + most)):
+        code = _STRINGS.sub("", lines[i].split("#", 1)[0] if "#" in lines[i] else lines[i])
+        depth += sum(code.count(c) for c in "([{") - sum(code.count(c) for c in ")]}")
+        if depth <= 0 or (code.rstrip().endswith("{") and depth <= 1):
+            return i
+    return at
+
+
 def definition_chunk(lines: list[str], at: int, max_lines: int = DEF_LINES) -> str:
-    """The definition starting at line ``at``: its header, docstring and first lines, or
-    for a class its header and the signatures of its methods, until the block ends."""
+    """The definition starting at line ``at``: its whole signature (what a call needs),
+    then for a function its docstring and first lines, for a class its docstring's first
+    line and its methods' signatures, until the block ends or ``max_lines`` lines (a
+    class: ``max_lines + CLASS_EXTRA``)."""
     head = lines[at]
     indent = len(head) - len(head.lstrip())
     is_class = bool(re.match(r"\s*(?:export\s+)?class\b", head))
-    out = [head]
-    for ln in lines[at + 1:]:
-        if len(out) >= max_lines:
-            break
+    end = signature_end(lines, at)
+    out = lines[at:end + 1]
+    cap = max(len(out) + 1, max_lines + (CLASS_EXTRA if is_class else 0))
+    i = end + 1
+    while i < len(lines) and len(out) < cap:
+        ln = lines[i]
         body = ln.strip()
         if body and len(ln) - len(ln.lstrip()) <= indent and not body.startswith((")", "]", "}")):
             break  # the block ended
-        if is_class and len(out) > 2 and not re.match(r"\s*(?:async\s+)?def\s|\s*@", ln):
-            continue  # a class: its methods' signatures, not their bodies
+        if is_class and len(out) > 2:
+            # A class: its methods' whole signatures, not their bodies.
+            if re.match(r"\s*(?:async\s+)?def\s", ln):
+                last = signature_end(lines, i)
+                out.extend(lines[i:last + 1])
+                i = last + 1
+                continue
+            if not re.match(r"\s*@", ln):
+                i += 1
+                continue
         out.append(ln)
+        i += 1
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -215,7 +244,8 @@ class ContextStore:
         names: list[str] = []
         for ln in [*reversed(before), *after]:
             for name in reversed(_IDENT.findall(ln)):
-                if name not in names and name not in _COMMON and name not in own:
+                if (len(name) >= MIN_NAME and name not in names and name not in _COMMON
+                        and name not in own):
                     names.append(name)
         others: dict[str, tuple[_Buffer, list[str], dict[str, list[int]]]] = {}
         for u, buf in self._buffers.items():

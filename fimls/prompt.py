@@ -276,25 +276,46 @@ def _context(template: FimTemplate, vocab: VocabLike,
              inp: PromptInput) -> tuple[list[int], list[ContextChunk]]:
     """The other buffers' chunks as tokens, within ``inp.context_tokens``.
 
-    Models trained on repository-level prompts (Qwen2.5-Coder) get each chunk as a file of
-    the repository (``<|file_sep|>path`` then its text); the others get a plain-text
-    header, each chunk under a comment naming its file. Whole chunks only, in order, while
-    they fit.
+    Models trained on repository-level prompts (Qwen2.5-Coder) get each buffer as a file of
+    the repository (``<|file_sep|>path`` then its chunks, in the file's order); the others
+    get a plain-text header, each buffer under a comment naming it. Whole chunks only,
+    most useful first while they fit. The file with the most useful chunk comes last,
+    nearest the cursor's file.
     """
-    out: list[int] = []
-    used: list[ContextChunk] = []
     repo = template.kind == "fim" and template.has_repo_tokens
     mark = _comment(inp.rel_path or (inp.context[0].path if inp.context else ""))
+
+    def render(chunks: list[ContextChunk]) -> list[int]:
+        files: dict[str, list[ContextChunk]] = {}
+        for c in chunks:
+            files.setdefault(c.path, []).append(c)
+        out: list[int] = []
+        for path, group in reversed(files.items()):
+            body = "\n".join(c.text.rstrip("\n") for c in sorted(group, key=lambda c: c.line))
+            out += ([template.file_sep, *vocab.tokenize(f"{path}\n{body}\n")] if repo
+                    else vocab.tokenize(f"{mark} {path}\n{body}\n"))
+        if out and not repo:
+            out += vocab.tokenize("\n")
+        return out
+
+    # Chosen by each chunk's own tokens (plus a file's header once); the render is checked
+    # and trimmed, since a file's chunks tokenized together may differ by a token or two.
+    used: list[ContextChunk] = []
+    paths: set[str] = set()
+    total = 0
     for chunk in inp.context:
-        body = chunk.text if chunk.text.endswith("\n") else chunk.text + "\n"
-        toks = ([template.file_sep, *vocab.tokenize(chunk.path + "\n" + body)] if repo
-                else vocab.tokenize(f"{mark} {chunk.path}\n{body}"))
-        if len(out) + len(toks) > inp.context_tokens:
+        cost = len(vocab.tokenize(chunk.text)) + 1
+        if chunk.path not in paths:
+            cost += len(vocab.tokenize(f"{mark} {chunk.path}\n")) + 1
+        if total + cost > inp.context_tokens:
             continue  # a smaller chunk later may still fit
-        out += toks
         used.append(chunk)
-    if out and not repo:
-        out += vocab.tokenize("\n")
+        paths.add(chunk.path)
+        total += cost
+    out = render(used)
+    while used and len(out) > inp.context_tokens:
+        used.pop()
+        out = render(used)
     return out, used
 
 

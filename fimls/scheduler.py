@@ -5,6 +5,12 @@ stdin). Requests queue for it; a newer request for a document supersedes the old
 which is answered at once with an empty result whether it was queued or running.
 While the model loads (or after it failed to load) requests are answered empty at once.
 
+Typing the start of the suggestion just shown is answered here, on the caller's thread,
+from a copy of the engine's memo (:mod:`fimls.memo`): the answer needs no model work, so it
+neither waits for the worker nor stops its idle work (the prefetch of the suggestion after
+this one keeps running). Only engines that answer such requests from their own memo say so
+(``typed_from_memo``); the copy holds what they showed, so both give the same answer.
+
 Listeners hear two things, on the engine thread: every change of :class:`EngineState`
 (with the error for ``failed`` and ``restarting``, which is how a dead engine process is
 reported) and every load-time warning of a new engine (a refused draft model).
@@ -29,6 +35,7 @@ from fimls.engine.api import (
     describe_error,
 )
 from fimls.latency import LatencyLog, LatencyRecord
+from fimls.memo import SuggestionMemo
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +73,11 @@ class Scheduler:
         self._state = EngineState.IDLE
         self._last_loader: Callable[[], EngineLike] | None = None
         self._crashes: deque[float] = deque(maxlen=16)
+        self._memo = SuggestionMemo()  # what the engine showed (when it has a memo)
+        self._memo_on = False
+        # The idle "next" prefetch last finished and not since overtaken by other model work:
+        # asking for the same one again (typing through the suggestion) has nothing to do.
+        self._idle_done: tuple[object, ...] | None = None
         self.restarts = 0
         self.load_error: str | None = None
         self.latency_log = latency_log or LatencyLog(None)
@@ -143,6 +155,14 @@ class Scheduler:
             old = self._by_uri.get(req.uri)
             if old is not None:
                 self._cancel_locked(old, "superseded")
+            rest = self._recall_locked(req)
+            if rest is not None:
+                waited = (time.monotonic() - req.created) * 1000.0
+                rec = LatencyRecord(uri=req.uri, version=req.version,
+                                    request_id=req.request_id, model=self.model_name,
+                                    stop="memo", ttft_ms=waited, total_ms=waited)
+                self._finish_locked(job, rest, "returned", record=rec)
+                return job.future
             if self._state not in (EngineState.READY, EngineState.UNREACHABLE):
                 error = self.load_error if self._state == EngineState.FAILED else None
                 self._finish_locked(job, "", "error" if error else "empty",
@@ -155,6 +175,35 @@ class Scheduler:
             self._lock.notify_all()
         return job.future
 
+    def _recall_locked(self, req: CompletionRequest) -> str | None:
+        """The rest of the suggestion shown, when ``req`` typed its start (see fimls.memo)."""
+        if (not self._memo_on or self._state != EngineState.READY or req.prefill
+                or req.speculative == "off"):
+            return None
+        return self._memo.recall(req.uri, req.prefix, req.prefix_offset, req.suffix)
+
+    def _remember_locked(self, job: _Job, text: str, rec: LatencyRecord) -> None:
+        """Keep what the engine showed as its memo does: the newest answer per document
+        (an empty one forgets it), but not an answer that came from the engine's memo."""
+        if not self._memo_on or job.idle or rec.stop == "memo":
+            return
+        if rec.outcome in ("returned", "empty"):
+            req = job.req
+            self._memo.remember(req.uri, req.prefix, req.prefix_offset, req.suffix,
+                                text if rec.outcome == "returned" else "")
+        elif rec.outcome == "error":
+            self._memo = SuggestionMemo()  # the engine was reset
+        else:
+            # Gated, cancelled, superseded: what the engine now remembers is not known
+            # here, so it answers the next such request itself.
+            self._memo.forget(job.req.uri)
+
+    @staticmethod
+    def _idle_key(req: CompletionRequest) -> tuple[object, ...]:
+        """Idle work for the same cursor and the same text around it is the same work."""
+        return (req.uri, req.prefill, req.prefix_offset + len(req.prefix),
+                req.prefix[-4096:], req.suffix[:4096])
+
     def prefill(self, req: CompletionRequest) -> bool:
         """Queue idle work (``req.prefill`` set): evaluate a prompt before it is asked for.
 
@@ -164,11 +213,16 @@ class Scheduler:
         model is not ready).
         """
         job = _Job(req=req, idle=True)
+        key = self._idle_key(req)
         with self._lock:
             running = self._running
             if (self._state != EngineState.READY or self._queue
                     or (running is not None and not running.idle)):
                 return False
+            if req.prefill == "next" and (key == self._idle_done or any(
+                    j is not None and j.cancel_reason is None and self._idle_key(j.req) == key
+                    for j in (running, self._idle))):
+                return True  # the same work is under way, waiting, or done
             self._stop_idle_locked()
             self._idle = job
             self._by_id[req.request_id] = job
@@ -292,7 +346,11 @@ class Scheduler:
             log.error("%s", exc)
             self._set_state(EngineState.FAILED, str(exc))
             return
-        self._engine = engine
+        with self._lock:
+            self._engine = engine
+            self._memo = SuggestionMemo()
+            self._memo_on = bool(engine.typed_from_memo)
+            self._idle_done = None
         engine.on_exit = lambda reason, e=engine: self._engine_died(e, reason)
         if hasattr(engine, "on_status"):
             # A remote engine says when its server stops (or starts again) answering.
@@ -381,6 +439,13 @@ class Scheduler:
             rec.total_ms = (time.monotonic() - job.req.created) * 1000.0
         with self._lock:
             self._running = None
+            if job.idle:
+                self._idle_done = (self._idle_key(job.req)
+                                   if job.req.prefill == "next" and rec.outcome == "prefill"
+                                   else None)
+            else:
+                self._idle_done = None
+                self._remember_locked(job, text, rec)
             self._finish_locked(job, text, rec.outcome, record=rec)
 
     def shutdown(self, timeout: float = 5.0) -> None:

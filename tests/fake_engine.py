@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from fimls.engine.api import CompletionRequest, CompletionResult, EngineError
+from fimls.engine.api import CompletionRequest, CompletionResult, EngineError, gate
 from fimls.latency import LatencyRecord
 
 POLL_S = 0.002
@@ -28,6 +28,8 @@ class FakeEngine:
     model_name: str = "fake.gguf"
     warnings: list[str] = field(default_factory=list)
     on_exit: Callable[[str], None] | None = None
+    typed_from_memo: bool = False  # True: the scheduler answers typing ``text`` itself
+    confidence: float | None = None  # the record's; the request's minConfidence gates on it
     fake_pid: int | None = None
     # Raised by ``complete`` (after the delay) instead of answering.
     error: Exception | None = None
@@ -66,9 +68,12 @@ class FakeEngine:
             raise EngineError("engine worker killed by signal 9 (SIGKILL)")
         if self.error is not None:
             raise self.error
-        rec.outcome = "returned" if self.text else "empty"
+        rec.confidence = self.confidence
+        text = gate(self.text, rec, req.min_confidence)
+        if rec.outcome != "gated":
+            rec.outcome = "returned" if text else "empty"
         rec.generated_tokens = len(self.text.split())
-        return self._result(self.text, rec, t0)
+        return self._result(text, rec, t0)
 
     @staticmethod
     def _result(text: str, rec: LatencyRecord, t0: float) -> CompletionResult:

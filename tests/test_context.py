@@ -53,6 +53,46 @@ def test_a_function_chunk_is_its_head_and_a_class_chunk_its_signatures() -> None
                                           '    def put(self, key, value):\n')
 
 
+EDITOR = '''class Editor:
+    """Opens an editor."""
+
+    def __init__(
+        self,
+        editor: str | None = None,
+        require_save: bool = True,
+    ) -> None:
+        self.editor = editor
+
+    def edit_files(
+        self, filenames: list[str]
+    ) -> None:
+        pass
+
+
+def wrap_text(
+    text: str,
+    width: int = 78,
+) -> str:
+    """Wraps text."""
+    return text
+'''
+
+
+def test_signatures_over_several_lines_are_kept_whole() -> None:
+    """A call needs all the parameters, not the line that opens them."""
+    lines = EDITOR.splitlines()
+    cls = definition_chunk(lines, 0)
+    assert "        require_save: bool = True,\n    ) -> None:\n" in cls
+    assert "    def edit_files(\n        self, filenames: list[str]\n    ) -> None:\n" in cls
+    assert "self.editor = editor" not in cls and "pass" not in cls
+    fn = definition_chunk(lines, lines.index("def wrap_text("), max_lines=2)
+    assert fn == ('def wrap_text(\n    text: str,\n    width: int = 78,\n) -> str:\n'
+                  '    """Wraps text."""\n')
+    js = "function f(a,\n           b) {\n  return a;\n}\nclass K {\n  m() {}\n}".splitlines()
+    assert definition_chunk(js, 0) == "function f(a,\n           b) {\n  return a;\n}\n"
+    assert definition_chunk(js, 4).startswith("class K {\n")
+
+
 def test_definitions_of_names_near_the_cursor_come_first() -> None:
     filler = "".join(f"N{i} = {i}\n" for i in range(40))
     texts = {"file:///w/util.py": UTIL + filler, "file:///w/app.py": "import util\n\n"}

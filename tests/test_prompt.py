@@ -518,18 +518,21 @@ OTHER = ContextChunk(path="lib/other.py", text="VALUE = 3\n", source="recent",
 
 
 def test_context_as_repository_files(models: Models) -> None:
-    """Qwen2.5-Coder's repository layout: each chunk a file after the repository name, the
-    current file last, then the FIM sections; the prompt reports what it holds."""
+    """Qwen2.5-Coder's repository layout: each buffer a file after the repository name,
+    its chunks in the file's order, the file of the most useful chunk nearest the current
+    file, which comes last, then the FIM sections; the prompt reports what it holds."""
     vocab = vocab_of(models, "qwen2.5-coder")
     t = detect_template(vocab)
+    later = replace(HELPER, text="def later():\n    pass\n", line=40)
     inp = PromptInput(prefix="y = ", suffix="\n", repo_name="myrepo", rel_path="src/app.py",
-                      context=(HELPER, OTHER), context_tokens=400)
+                      context=(later, OTHER, HELPER), context_tokens=400)
     p = build_prompt(t, vocab, inp, 1024)
     names = FAMILIES["qwen2.5-coder"]
     head = decode(vocab, p.tokens[: p.tokens.index(t.pre)])
-    assert head == (f"{names['rep']}myrepo\n{names['sep']}lib/util.py\n{HELPER.text}"
-                    f"{names['sep']}lib/other.py\n{OTHER.text}{names['sep']}src/app.py\n")
-    assert p.context_sources == "definition:1,recent:1"
+    assert head == (f"{names['rep']}myrepo\n{names['sep']}lib/other.py\n{OTHER.text}"
+                    f"{names['sep']}lib/util.py\n{HELPER.text}{later.text}"
+                    f"{names['sep']}src/app.py\n")
+    assert p.context_sources == "definition:2,recent:1"
     assert 0 < p.context_tokens < p.tokens.index(t.pre)
 
 

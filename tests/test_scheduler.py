@@ -367,3 +367,77 @@ def test_idle_prefill_is_not_counted_as_a_request(sched: Scheduler, log_path: Pa
     s = summarize(read_records(log_path))
     assert s["requests"] == 1 and s["outcomes"] == {"returned": 1}
     assert s["idle_prefill"]["runs"] == 1 and s["idle_prefill"]["stopped"] == 0
+
+
+def typed(n: int, base: CompletionRequest | None = None, text: str = "return a + b",
+          ) -> CompletionRequest:
+    """``base`` (default: :func:`req`) after typing the first ``n`` characters of ``text``."""
+    b = base or req()
+    return CompletionRequest(uri=b.uri, version=(b.version or 0) + n,
+                             prefix=b.prefix + text[:n], suffix=b.suffix)
+
+
+def test_typing_the_shown_suggestion_is_answered_without_the_engine(
+        sched: Scheduler, log_path: Path) -> None:
+    engine = ready(sched, FakeEngine(text="return a + b", typed_from_memo=True))
+    first = req()
+    assert result(sched.submit(first)).text == "return a + b"
+    # The prefetch of what follows is running: the keystroke must neither wait for it nor
+    # stop it.
+    engine.delay = 1.0
+    nxt = CompletionRequest(uri=first.uri, version=1, prefix=first.prefix + "return a + b",
+                            suffix="", prefill="next")
+    assert sched.prefill(nxt)
+    wait_until(lambda: len(engine.calls) == 2)
+    t0 = time.monotonic()
+    res = result(sched.submit(typed(3)), 0.5)
+    assert time.monotonic() - t0 < 0.5
+    assert res.text == "urn a + b" and res.outcome == "returned" and res.record.stop == "memo"
+    assert engine.interrupted == [] and len(engine.calls) == 2
+    # Asking for the same prefetch again (the server does after every answer) keeps it.
+    again = CompletionRequest(uri=first.uri, version=4, prefix=nxt.prefix, suffix="",
+                              prefill="next")
+    assert sched.prefill(again)
+    assert engine.interrupted == []
+    wait_until(lambda: any(r.get("outcome") == "prefill" for r in records(log_path)))
+    assert sched.prefill(again) and len(engine.calls) == 2  # done: nothing to redo
+    memo = [r for r in records(log_path) if r.get("stop") == "memo"]
+    assert len(memo) == 1 and memo[0]["outcome"] == "returned"
+    # Typing something else is the engine's business.
+    engine.delay = 0.0
+    other = CompletionRequest(uri=first.uri, version=9, prefix=first.prefix + "x",
+                              suffix="")
+    assert result(sched.submit(other)).record.stop != "memo"
+    assert engine.calls[-1] is other
+
+
+def test_an_engine_without_a_memo_answers_typing_itself(sched: Scheduler) -> None:
+    engine = ready(sched, FakeEngine(text="return a + b"))
+    result(sched.submit(req()))
+    res = result(sched.submit(typed(3)))
+    assert res.text == "return a + b" and len(engine.calls) == 2
+
+
+@pytest.mark.parametrize("outcome", ["gated", "superseded"])
+def test_the_copy_forgets_what_the_engine_may_have_replaced(sched: Scheduler,
+                                                           outcome: str) -> None:
+    engine = ready(sched, FakeEngine(text="return a + b", typed_from_memo=True))
+    result(sched.submit(req()))
+    # A request elsewhere: the engine's memo now holds its answer, not the one shown.
+    elsewhere = CompletionRequest(uri=req().uri, version=2, prefix=req().prefix + "\n",
+                                  suffix="", min_confidence=0.5)
+    if outcome == "gated":
+        engine.confidence = 0.1
+        res = result(sched.submit(elsewhere))
+        assert res.outcome == "gated" and res.text == ""
+    else:
+        engine.delay = 0.5
+        fut = sched.submit(elsewhere)
+        wait_until(lambda: len(engine.calls) == 2)
+        sched.cancel_uri(req().uri)
+        assert result(fut).outcome == "superseded"
+        wait_until(lambda: sched._running is None)
+    engine.delay = 0.0
+    n = len(engine.calls)
+    result(sched.submit(typed(3)))
+    assert len(engine.calls) == n + 1  # the engine answered, not the copy

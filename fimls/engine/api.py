@@ -189,6 +189,9 @@ class EngineLike(Protocol):
     # Called with a reason (from any thread) when the engine's process dies on its own;
     # never called for an in-process engine, or after ``close``.
     on_exit: Callable[[str], None] | None
+    # The engine answers typing the start of its shown suggestion from its memo, with no
+    # model work (fimls.memo); the scheduler then answers those itself, from a copy.
+    typed_from_memo: bool
 
     @property
     def pid(self) -> int | None:

@@ -115,6 +115,9 @@ class Engine:
                                                                    kernels_cache))
         self.vocab = self.model.vocab
         self.template: FimTemplate = detect_template(self.vocab, order=cfg.fim_order)
+        # A FIM engine answers typing its shown suggestion from its memo (see _run); the
+        # scheduler answers those from its copy without waiting for this engine.
+        self.typed_from_memo = self.template.kind == "fim"
         self.model_name = catalogue_name(cfg.model_path) or cfg.model_path.name
         self.kv: list[int] = []
         self.nxt: list[int | None] = []

@@ -88,6 +88,7 @@ class RemoteEngine:
         self._base = parts.path.rstrip("/")
         self.key = key
         self.warnings: list[str] = []
+        self.typed_from_memo = True  # see complete: typing the shown suggestion
         self.on_exit: Callable[[str], None] | None = None
         # Called with "unreachable" (and a reason) or "ready" when that changes.
         self.on_status: Callable[[str, str | None], None] | None = None

@@ -105,6 +105,7 @@ class ProcessEngine:
         self.cancel_grace_s = cancel_grace_s
         self.model_name = catalogue_name(cfg.model_path) or cfg.model_path.name
         self.warnings: list[str] = []
+        self.typed_from_memo = False  # the worker says, once the model is loaded
         self.on_exit: Callable[[str], None] | None = None
         self._replies: queue.Queue[tuple[Any, ...]] = queue.Queue()
         self._outbox: queue.Queue[tuple[Any, ...] | None] = queue.Queue()
@@ -141,6 +142,7 @@ class ProcessEngine:
         if reply[0] == "ready":
             self.model_name = reply[1]
             self.warnings = list(reply[2])
+            self.typed_from_memo = bool(reply[3])
             log.info("engine worker pid %d serving %s", self.proc.pid, self.model_name)
             return
         self.close()
@@ -306,7 +308,7 @@ def _worker_main() -> int:
     except ModelLoadError as exc:
         _send(out, ("load_error", str(exc)))
         return 1
-    _send(out, ("ready", engine.model_name, list(engine.warnings)))
+    _send(out, ("ready", engine.model_name, list(engine.warnings), engine.typed_from_memo))
 
     jobs: queue.Queue[tuple[Any, ...]] = queue.Queue()
     cancelled_ids: set[str] = set()
