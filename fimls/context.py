@@ -109,7 +109,7 @@ def signature_end(lines: list[str], at: int, most: int = SIGNATURE_LINES) -> int
     close, or where a C-like body's brace opens, within ``most`` lines."""
     depth = 0
     for i in range(at, min(len(lines), at + most)):
-        code = _STRINGS.sub("", lines[i].split("#", 1)[0] if "#" in lines[i] else lines[i])
+        code = _STRINGS.sub("", lines[i].split("#", 1)[0])
         depth += sum(code.count(c) for c in "([{") - sum(code.count(c) for c in ")]}")
         if depth <= 0 or (code.rstrip().endswith("{") and depth <= 1):
             return i

@@ -284,38 +284,31 @@ def _context(template: FimTemplate, vocab: VocabLike,
     """
     repo = template.kind == "fim" and template.has_repo_tokens
     mark = _comment(inp.rel_path or (inp.context[0].path if inp.context else ""))
-
-    def render(chunks: list[ContextChunk]) -> list[int]:
-        files: dict[str, list[ContextChunk]] = {}
-        for c in chunks:
-            files.setdefault(c.path, []).append(c)
-        out: list[int] = []
-        for path, group in reversed(files.items()):
-            body = "\n".join(c.text.rstrip("\n") for c in sorted(group, key=lambda c: c.line))
-            out += ([template.file_sep, *vocab.tokenize(f"{path}\n{body}\n")] if repo
-                    else vocab.tokenize(f"{mark} {path}\n{body}\n"))
-        if out and not repo:
-            out += vocab.tokenize("\n")
-        return out
-
-    # Chosen by each chunk's own tokens (plus a file's header once); the render is checked
-    # and trimmed, since a file's chunks tokenized together may differ by a token or two.
+    # Each chunk and each file's header is tokenized once; a file costs its header once.
+    heads: dict[str, list[int]] = {}
+    chunks: dict[str, list[tuple[int, list[int]]]] = {}
     used: list[ContextChunk] = []
-    paths: set[str] = set()
-    total = 0
+    total = 0 if repo else 1  # the blank line after a plain header
     for chunk in inp.context:
-        cost = len(vocab.tokenize(chunk.text)) + 1
-        if chunk.path not in paths:
-            cost += len(vocab.tokenize(f"{mark} {chunk.path}\n")) + 1
+        toks = vocab.tokenize(chunk.text.rstrip("\n") + "\n")
+        head = heads.get(chunk.path)
+        if head is None:
+            head = ([template.file_sep, *vocab.tokenize(f"{chunk.path}\n")] if repo
+                    else vocab.tokenize(f"{mark} {chunk.path}\n"))
+        cost = len(toks) + (0 if chunk.path in heads else len(head))
         if total + cost > inp.context_tokens:
             continue  # a smaller chunk later may still fit
+        heads[chunk.path] = head
+        chunks.setdefault(chunk.path, []).append((chunk.line, toks))
         used.append(chunk)
-        paths.add(chunk.path)
         total += cost
-    out = render(used)
-    while used and len(out) > inp.context_tokens:
-        used.pop()
-        out = render(used)
+    out: list[int] = []
+    for path in reversed(heads):
+        out += heads[path]
+        for _line, toks in sorted(chunks[path], key=lambda lt: lt[0]):
+            out += toks
+    if out and not repo:
+        out += vocab.tokenize("\n")
     return out, used
 
 

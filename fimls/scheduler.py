@@ -74,7 +74,6 @@ class Scheduler:
         self._last_loader: Callable[[], EngineLike] | None = None
         self._crashes: deque[float] = deque(maxlen=16)
         self._memo = SuggestionMemo()  # what the engine showed (when it has a memo)
-        self._memo_on = False
         # The idle "next" prefetch last finished and not since overtaken by other model work:
         # asking for the same one again (typing through the suggestion) has nothing to do.
         self._idle_done: tuple[object, ...] | None = None
@@ -175,9 +174,12 @@ class Scheduler:
             self._lock.notify_all()
         return job.future
 
+    def _memo_on(self) -> bool:
+        return self._engine is not None and self._engine.typed_from_memo
+
     def _recall_locked(self, req: CompletionRequest) -> str | None:
         """The rest of the suggestion shown, when ``req`` typed its start (see fimls.memo)."""
-        if (not self._memo_on or self._state != EngineState.READY or req.prefill
+        if (not self._memo_on() or self._state != EngineState.READY or req.prefill
                 or req.speculative == "off"):
             return None
         return self._memo.recall(req.uri, req.prefix, req.prefix_offset, req.suffix)
@@ -185,7 +187,7 @@ class Scheduler:
     def _remember_locked(self, job: _Job, text: str, rec: LatencyRecord) -> None:
         """Keep what the engine showed as its memo does: the newest answer per document
         (an empty one forgets it), but not an answer that came from the engine's memo."""
-        if not self._memo_on or job.idle or rec.stop == "memo":
+        if not self._memo_on() or job.idle or rec.stop == "memo":
             return
         if rec.outcome in ("returned", "empty"):
             req = job.req
@@ -349,7 +351,6 @@ class Scheduler:
         with self._lock:
             self._engine = engine
             self._memo = SuggestionMemo()
-            self._memo_on = bool(engine.typed_from_memo)
             self._idle_done = None
         engine.on_exit = lambda reason, e=engine: self._engine_died(e, reason)
         if hasattr(engine, "on_status"):
