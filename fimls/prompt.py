@@ -11,6 +11,11 @@ Two shapes of prompt:
 
 Windows are cut at line boundaries and their starts are quantised, so that typing at the
 cursor leaves the prompt's first tokens untouched and the KV cache can be reused.
+
+In a file longer than its window, a PSM prompt's prefix is the file's opening, a gap
+comment, then the lines just before the cursor: the opening does not depend on the cursor,
+so it is evaluated once (while the user reads, after didOpen) and serves every cursor in
+the file; a new cursor costs only the small share that depends on it (``LOCAL_SHARE``).
 """
 
 from __future__ import annotations
@@ -24,6 +29,11 @@ from fimls.context import ContextChunk, sources_of
 # never moves it (the KV cache keeps everything before the cursor).
 WINDOW_QUANTUM = 1024
 CHARS_PER_TOKEN_GUESS = 3  # conservative: code usually packs 3.5-4.5 chars per token
+# A FIM window's share that depends on the cursor: the suffix and, in a file longer than
+# the window, the prefix's tail. The rest of a long file's window is its opening, which
+# does not depend on the cursor and is evaluated while the user reads (idle prefill): a
+# cursor at a new place then costs only this share (about 1.2 s of the window's ~6 s).
+LOCAL_SHARE = 0.2
 
 
 class VocabLike(Protocol):
@@ -169,6 +179,9 @@ class PromptInput:
     # Chunks of other buffers, most useful first, and the most tokens they may take.
     context: tuple[ContextChunk, ...] = ()
     context_tokens: int = 0
+    # The document's first characters when ``prefix`` does not start at its top
+    # (``prefix_offset`` > 0); empty: only a window of ``prefix`` is laid out.
+    opening: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -177,8 +190,9 @@ class Prompt:
 
     tokens: list[int]
     constraint: bytes = b""
-    prefix_window: str = ""
+    prefix_window: str = ""  # the text just before the cursor
     suffix_window: str = ""
+    opening_window: str = ""  # a long file's opening, in front of ``prefix_window``
     heal_tokens: int = 0
     context_tokens: int = 0  # tokens of other buffers' chunks at the front
     context_sources: str = ""  # e.g. "definition:2,ring:1"
@@ -237,9 +251,11 @@ def _fit_prefix(vocab: VocabLike, prefix: str, budget: int,
         chars = len(text) - -(-(len(toks) - budget) * len(text) // len(toks))
 
 
-def _fit_suffix(vocab: VocabLike, suffix: str, budget: int) -> tuple[str, list[int]]:
-    """The head of ``suffix`` that tokenizes within ``budget`` tokens, and its tokens."""
-    text = suffix_window(suffix, budget * CHARS_PER_TOKEN_GUESS)
+def _fit_suffix(vocab: VocabLike, suffix: str, budget: int,
+                guess: float = CHARS_PER_TOKEN_GUESS) -> tuple[str, list[int]]:
+    """The head of ``suffix`` that tokenizes within ``budget`` tokens, and its tokens
+    (the first cut at ``guess`` characters per token, then shrunk to fit)."""
+    text = suffix_window(suffix, int(budget * guess))
     while True:
         toks = vocab.tokenize(text)
         if len(toks) <= budget or not text:
@@ -330,14 +346,28 @@ def _head(template: FimTemplate, vocab: VocabLike,
     return head, chosen, len(ctx)
 
 
+def _shares(avail: int) -> tuple[int, int]:
+    """(suffix budget, cursor-dependent budget) of a FIM window of ``avail`` tokens."""
+    local = max(48, int(avail * LOCAL_SHARE))
+    return max(16, local // 3), local
+
+
+def _opening(vocab: VocabLike, text: str, avail: int) -> tuple[str, list[int]]:
+    """The opening of a long file in a FIM window of ``avail`` tokens: its first lines
+    within the share that does not depend on the cursor, and their tokens. The same
+    function serves the idle prefill and the requests, so the tokens are the same."""
+    _, local = _shares(avail)
+    return _fit_suffix(vocab, text, avail - local, guess=5)
+
+
 def opening_prompt(template: FimTemplate, vocab: VocabLike, inp: PromptInput,
                    budget_tokens: int) -> list[int]:
-    """The first tokens of every prompt for a cursor near the top of ``inp.prefix``.
+    """The first tokens of every prompt for ``inp.prefix``'s document, whatever the cursor.
 
-    When a file is opened the cursor is not known yet, but for any cursor whose prefix
-    window starts at the top of the file (a file that fits the window, or a cursor in its
-    first screenfuls), the prompt starts with the header and the file's opening text.
-    These tokens, evaluated while the user reads, are the cache the first request reuses.
+    When a file is opened the cursor is not known yet. A FIM prompt in a file longer than
+    its window starts with the header and the file's opening (see :func:`build_prompt`),
+    and a cursor within the first window also starts with the file's first lines. These
+    tokens, evaluated while the user reads, are the cache the first request reuses.
     ``inp.prefix`` is the whole text; the suffix is not used.
     """
     if inp.context:
@@ -345,16 +375,13 @@ def opening_prompt(template: FimTemplate, vocab: VocabLike, inp: PromptInput,
     head = _head(template, vocab, inp)[0]
     if template.kind == "continuation":
         room = budget_tokens - len(head)
-    else:
-        head.append(template.pre if template.order == "psm" else template.suf)
-        if template.order != "psm":
-            return head  # SPM: the suffix, which depends on the cursor, comes first
-        room = max(16, budget_tokens - len(head) - 2)  # a prompt with an empty suffix
-    # A prefix window starts at the top only while the prefix is this short (see
-    # _fit_prefix), so later text would not be reused.
-    toks = vocab.tokenize(inp.prefix[: room * CHARS_PER_TOKEN_GUESS])[:room]
-    # The last token may be cut mid-word by the cursor (then healed): leave it out.
-    return head + toks[:-1]
+        toks = vocab.tokenize(inp.prefix[: room * CHARS_PER_TOKEN_GUESS])[:room]
+        # The last token may be cut mid-word by the cursor (then healed): leave it out.
+        return head + toks[:-1]
+    if template.order != "psm":
+        return [*head, template.suf]  # SPM: the suffix, which depends on the cursor, comes first
+    avail = max(16, budget_tokens - len(head) - 3)
+    return [*head, template.pre, *_opening(vocab, inp.prefix, avail)[1]]
 
 
 def build_prompt(template: FimTemplate, vocab: VocabLike, inp: PromptInput,
@@ -373,11 +400,23 @@ def build_prompt(template: FimTemplate, vocab: VocabLike, inp: PromptInput,
                       heal_tokens=int(bool(constraint)), **extra)
 
     avail = max(16, budget_tokens - len(head) - 3)
-    suf_budget = avail // 4
-    pre_budget = avail - suf_budget
+    suf_budget, _ = _shares(avail)
     suf_text, suf_toks = _fit_suffix(vocab, inp.suffix, suf_budget)
     pre_budget = avail - len(suf_toks)
     pre_text, pre_toks = _fit_prefix(vocab, inp.prefix, pre_budget, inp.prefix_offset)
+    opening = inp.prefix if inp.prefix_offset == 0 else inp.opening
+    open_text = ""
+    if (template.order == "psm" and opening
+            and (inp.prefix_offset > 0 or len(pre_text) < len(inp.prefix))):
+        # The file is longer than the window: its opening (cached since the file was
+        # opened) and the cursor's neighbourhood, instead of one window before the cursor.
+        head_text, open_toks = _opening(vocab, opening, avail)
+        gap = vocab.tokenize(f"{_comment(inp.rel_path)} ...\n")
+        near_text, near_toks = _fit_prefix(vocab, inp.prefix,
+                                           max(16, pre_budget - len(open_toks) - len(gap)),
+                                           inp.prefix_offset)
+        if inp.prefix_offset + len(inp.prefix) - len(near_text) >= len(head_text):
+            open_text, pre_text, pre_toks = head_text, near_text, open_toks + gap + near_toks
     pre_toks, constraint = _heal(vocab, pre_toks)
     if template.order == "spm":
         body = [template.suf, *suf_toks, template.pre, *pre_toks]
@@ -386,4 +425,5 @@ def build_prompt(template: FimTemplate, vocab: VocabLike, inp: PromptInput,
     if template.mid >= 0:
         body.append(template.mid)
     return Prompt(tokens=head + body, constraint=constraint, prefix_window=pre_text,
-                  suffix_window=suf_text, heal_tokens=int(bool(constraint)), **extra)
+                  suffix_window=suf_text, opening_window=open_text,
+                  heal_tokens=int(bool(constraint)), **extra)

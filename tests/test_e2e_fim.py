@@ -29,6 +29,7 @@ import pytest
 from fimls.engine.api import CompletionRequest
 from fimls.engine.core import SUFFIX_FRESH_TOKENS, Engine, EngineConfig
 from fimls.models import CATALOGUE, resolve_model
+from fimls.prompt import LOCAL_SHARE
 from fimls.tools.harness import close_doc, utf16_len
 from tests.lsp_helpers import end_position, inline, insert, open_doc, read_log, session
 
@@ -323,6 +324,33 @@ async def test_idle_prefill_reads_the_file_before_the_first_request(engine: Engi
     s = summarize(recs)
     idle = [r for r in recs if r["outcome"].startswith("prefill")]
     assert s["requests"] == 2 and s["idle_prefill"]["runs"] == len(idle) >= 2
+
+
+async def test_a_long_files_opening_serves_a_cursor_anywhere(tmp_path: Path) -> None:
+    # A client that sends only didOpen (no fimls/cursor), then asks far down a long file.
+    # The prompt there keeps the file's opening in front, so what the idle prefill
+    # evaluated while the user read is reused; only the lines around the cursor are new.
+    log = tmp_path / "lat.jsonl"
+    body = "".join(f"def helper_{i}(x):\n    return x + {i}\n\n" for i in range(300))
+    prefix = body + "def total(xs):\n    "
+    text = prefix + "\n\nprint(total([1, 2]))\n"
+    budget = 512
+    async with session(args=["--model", QWEN.name, "--latency-log", str(log),
+                             "--max-tokens", "16", "--prompt-tokens", str(budget)]) as (c, _):
+        uri = (tmp_path / "helpers.py").as_uri()
+        open_doc(c, uri, text)
+        await _wait_for(log, lambda recs: any(r.get("outcome") == "prefill" for r in recs))
+        line, col = end_position(prefix)
+        res = await inline(c, uri, line, col)
+        assert res is not None
+    recs = read_log(log, idle=True)
+    opened = next(r for r in recs if r["outcome"] == "prefill")
+    asks = [r for r in recs if r["outcome"] in ("returned", "empty")]
+    assert len(asks) == 1
+    assert opened["evaluated_tokens"] > budget // 2, opened
+    assert asks[0]["reused_tokens"] >= opened["prompt_tokens"] - 1, (opened, asks[0])
+    # The cursor's share, give or take the opening's last line (cut at a line end).
+    assert asks[0]["prompt_tokens"] - asks[0]["reused_tokens"] <= budget * LOCAL_SHARE + 16
 
 
 async def test_the_cursor_a_plugin_reports_is_prefilled_before_the_request(

@@ -15,6 +15,7 @@ import pytest
 from fimls.context import ContextChunk
 from fimls.engine.llama import LlamaModel, Vocab
 from fimls.prompt import (
+    LOCAL_SHARE,
     WINDOW_QUANTUM,
     FimTemplate,
     Prompt,
@@ -288,19 +289,31 @@ def test_budget_never_exceeded(models: Models, family: str,
 
 
 @pytest.mark.parametrize("family", FIM_FAMILIES)
-def test_prefix_suffix_split_about_three_to_one(models: Models,
-                                                family: str) -> None:
+def test_the_cursor_dependent_share_is_small(models: Models, family: str) -> None:
+    """The suffix and, in a long file (PSM), the prefix's tail take LOCAL_SHARE of the
+    window: what a cursor at a new place costs. The rest is the file's opening."""
     vocab = vocab_of(models, family)
     t = detect_template(vocab)
     budget = 4096
-    p = build_prompt(t, vocab, PromptInput(prefix=long_code(3000, "p"),
-                                           suffix=long_code(3000, "s")), budget)
-    head, pre, suf = sections(t, p)
+    text = long_code(3000, "p")
+    cursor = len(text) // 2
+    p = build_prompt(t, vocab, PromptInput(prefix=text[:cursor], suffix=text[cursor:],
+                                           rel_path="a.py"), budget)
+    head, _, suf = sections(t, p)
     avail = budget - len(head) - 3
-    assert len(suf) <= avail // 4
-    assert len(suf) >= avail // 8
-    assert 2.0 <= len(pre) / len(suf) <= 3.5
-    assert len(p.tokens) >= budget * 0.7  # the budget is actually used
+    local = int(avail * LOCAL_SHARE)
+    assert local // 4 <= len(suf) <= local // 3
+    assert len(p.tokens) >= budget * 0.8  # the budget is actually used
+    if t.order == "spm":
+        return  # the suffix comes first: no opening can be shared
+    # The file's first lines, a gap, then the lines just before the cursor.
+    assert p.opening_window.startswith(text[:200])
+    assert text[:cursor].endswith(p.prefix_window)
+    assert len(p.opening_window) + len(p.prefix_window) < cursor
+    opening = opening_prompt(t, vocab, PromptInput(prefix=text, suffix="", rel_path="a.py"),
+                             budget)
+    assert common_prefix_len(opening, p.tokens) == len(opening) >= budget * 0.7
+    assert len(p.tokens) - len(opening) <= local + 16
 
 
 @pytest.mark.parametrize("family", ["starcoder2", "codellama", "codestral"])
@@ -319,7 +332,12 @@ def test_windows_cut_at_line_boundaries(models: Models,
     # The reported windows are exactly what was tokenized.
     _, pre, suf = sections(t, p)
     whole = vocab.tokenize(p.prefix_window)  # the last one is healed: forced, not sent
-    assert (pre, p.constraint) == (whole[:-1], vocab.piece(whole[-1]))
+    front: list[int] = []
+    if t.order == "psm":
+        # A long file: its opening, whole lines too, and a gap before the cursor's lines.
+        assert prefix.startswith(p.opening_window) and p.opening_window.endswith("\n")
+        front = vocab.tokenize(p.opening_window) + vocab.tokenize("# ...\n")
+    assert (pre, p.constraint) == (front + whole[:-1], vocab.piece(whole[-1]))
     assert suf == vocab.tokenize(p.suffix_window)
 
 
@@ -386,6 +404,7 @@ def test_typing_keeps_fim_prompt_stable(models: Models,
                                                   repo_name="r", rel_path="a.py"), 1500)
 
     prev = build(prefix)
+    moved = 0
     for ch in TYPED:
         prefix += ch
         cur = build(prefix)
@@ -393,8 +412,17 @@ def test_typing_keeps_fim_prompt_stable(models: Models,
         # head and the prefix, for SPM also the whole suffix in front of it.
         before_cursor = prev.tokens.index(t.mid if t.order == "spm" else t.suf)
         assert before_cursor > 500
-        assert common_prefix_len(prev.tokens, cur.tokens) >= before_cursor - 3, repr(ch)
+        common = common_prefix_len(prev.tokens, cur.tokens)
+        if common < before_cursor - 3 and t.order == "psm":
+            # A long file's window before the cursor is small: its start moves every
+            # quarter of it typed (never the file's opening in front of it).
+            moved += 1
+            assert cur.opening_window
+            assert common >= len(vocab.tokenize(cur.opening_window)), repr(ch)
+        else:
+            assert common >= before_cursor - 3, repr(ch)
         prev = cur
+    assert moved <= 1
 
 
 @pytest.mark.parametrize("family", ["qwen2.5-coder", "plain"])
@@ -419,13 +447,18 @@ def test_the_opening_prompt_is_what_requests_near_the_top_start_with(
             continue  # the window starts lower down: another prompt
         from_top += 1
         head_and_text = p.tokens.index(t.suf) if t.kind == "fim" else len(p.tokens)
-        # All of the prompt up to the cursor's (healed) last token or two is there.
-        assert common_prefix_len(opening, p.tokens) >= head_and_text - 3, cursor
+        # All of the prompt up to the cursor's (healed) last token or two is there, or
+        # all of the opening (but its last line end, which may merge with the next line's).
+        assert (common_prefix_len(opening, p.tokens)
+                >= min(head_and_text - 3, len(opening) - 1)), cursor
     assert from_top >= 3
-    # A cursor far down the file has a window that starts lower: nothing to share then
-    # but the header.
+    # A cursor far down the file: a FIM prompt keeps the file's opening in front (so it
+    # shares all of it); a continuation prompt has only the window before the cursor.
     far = build_prompt(t, vocab, inp(text * 4, ""), budget)
-    assert common_prefix_len(opening, far.tokens) < 20
+    if t.kind == "fim":
+        assert common_prefix_len(opening, far.tokens) == len(opening)
+    else:
+        assert common_prefix_len(opening, far.tokens) < 20
 
 
 # --- token healing ----------------------------------------------------------------------
@@ -468,7 +501,8 @@ def test_healing_empty_prefix(models: Models) -> None:
 def capped(doc: str, cap: int) -> PromptInput:
     """The request the server makes for a cursor at the end of ``doc``, prefix capped."""
     prefix = doc[-cap:]
-    return PromptInput(prefix=prefix, suffix="", prefix_offset=len(doc) - len(prefix))
+    return PromptInput(prefix=prefix, suffix="", prefix_offset=len(doc) - len(prefix),
+                       opening=doc[:cap])
 
 
 def window_start(inp: PromptInput, p: Prompt) -> int:

@@ -64,6 +64,10 @@ SUFFIX_FRESH_TOKENS = 16
 # Idle prefill evaluates this many tokens per batch: a real request aborts the batch in
 # flight, so smaller batches waste less; much smaller ones prefill slower.
 IDLE_PREFILL_CHUNK = 128
+# The draft model drafts only when its context is at most this many tokens behind the main
+# model's: catching up on a new prompt (hundreds of tokens) costs more than drafting one
+# suggestion can save, and cannot be stopped by a newer request. It catches up at idle.
+DRAFT_SYNC_MAX = 64
 MAX_PATH_REMAINDER = 32  # bytes of typed text that may be forced after the cached path
 
 
@@ -334,6 +338,7 @@ class Engine:
     def build(self, req: CompletionRequest) -> Prompt:
         """The canonical prompt for a request."""
         inp = PromptInput(prefix=req.prefix, suffix=req.suffix, prefix_offset=req.prefix_offset,
+                          opening=req.opening,
                           repo_name=req.repo_name, rel_path=req.rel_path,
                           context=tuple(req.context), context_tokens=req.context_tokens)
         return self._sized(lambda budget: build_prompt(self.template, self.vocab, inp, budget),
@@ -519,6 +524,7 @@ class Engine:
                 # The suggestion after accepting the shown one: generated, remembered
                 # (FIM: in the memo; continuation: along the KV path), not returned.
                 self._run(req, rec, cancelled)
+                self._catch_up_draft(req, self.kv, cancelled)
                 text = ""
             elif req.prefill:
                 self._prefill_idle(req, rec, cancelled)
@@ -567,6 +573,7 @@ class Engine:
             rec.reused_tokens = common
             self._evaluated = 0
         if common >= len(tokens):
+            self._catch_up_draft(req, tokens, cancelled)
             return
         if req.prefill == "cursor":
             # Also the greedy choice after the prompt: the request then starts decoding.
@@ -576,6 +583,7 @@ class Engine:
             finally:
                 rec.evaluated_tokens = self._evaluated
                 rec.prompt_ms = (time.perf_counter() - t0) * 1000.0
+            self._catch_up_draft(req, tokens, cancelled)
             return
         self._truncate(common)
         t0 = time.perf_counter()
@@ -589,6 +597,20 @@ class Engine:
         if done < len(tokens) - common:
             raise Cancelled
         self._observe_prefill(done, dt)
+        self._catch_up_draft(req, tokens, cancelled)
+
+    def _catch_up_draft(self, req: CompletionRequest, tokens: list[int],
+                        cancelled: Callable[[], bool]) -> None:
+        """After the main model's idle work, the draft model evaluates the same tokens
+        (stopped by a request like the rest), so the next request may draft with it."""
+        dm = self.draft_model
+        if dm is None or req.speculative not in ("auto", "model") or not tokens:
+            return
+        try:
+            dm.catch_up(tokens, cancelled, IDLE_PREFILL_CHUNK)
+        except Exception:
+            log.exception("the draft model's idle catch-up failed")
+            dm.reset()
 
     def _setup_drafters(self, req: CompletionRequest, prompt_tokens: list[int]) -> bool:
         """Prepare the lookup sources for this request; False when nothing may be drafted.
@@ -658,7 +680,8 @@ class Engine:
                 k = self.policy.choose(d.source, len(d.tokens), d.match_len, force=force)
                 if k > 0:
                     return Draft(d.tokens[:k], d.source, d.match_len)
-        if self.draft_model is not None and mode in ("auto", "model"):
+        if (self.draft_model is not None and mode in ("auto", "model")
+                and (mode == "model" or self.draft_model.behind(seq) <= DRAFT_SYNC_MAX)):
             k = self.policy.choose("model", budget, extra_cost=self.policy.draft_step_cost,
                                    force=force)
             if k > 0:

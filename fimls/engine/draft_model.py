@@ -6,7 +6,7 @@ that is checked once at load, and a mismatch is refused with a message naming bo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -47,26 +47,46 @@ class ModelDraft:
         """Free the draft model."""
         self.model.close()
 
-    def _sync(self, history: Sequence[int]) -> None:
-        """Make the draft context hold ``history`` with logits at its end."""
-        hist = list(history)
+    def reset(self) -> None:
+        """Forget the draft context (its contents are unknown after an error)."""
+        self.model.kv_truncate(0)
+        self.kv = []
+
+    def behind(self, history: Sequence[int]) -> int:
+        """How many tokens of ``history`` the draft context would have to evaluate."""
         common = 0
-        n = min(len(hist), len(self.kv))
-        while common < n and hist[common] == self.kv[common]:
+        n = min(len(history), len(self.kv))
+        while common < n and history[common] == self.kv[common]:
             common += 1
-        start = min(common, len(hist) - 1)
+        return len(history) - min(common, len(history) - 1) if history else 0
+
+    def _sync(self, history: Sequence[int], chunk: int | None = None) -> bool:
+        """Make the draft context hold ``history`` with logits at its end; False when the
+        abort predicate stopped it (the context then holds what was evaluated)."""
+        hist = list(history)
+        start = len(hist) - self.behind(hist)
         self.model.kv_truncate(start)
         del self.kv[start:]
-        done = self.model.prefill(hist[start:], start)
+        done = self.model.prefill(hist[start:], start, chunk=chunk)
         self.kv.extend(hist[start:start + done])
-        if done < len(hist) - start:
-            raise RuntimeError("draft decode aborted")
+        return done == len(hist) - start
+
+    def catch_up(self, history: Sequence[int], cancelled: Callable[[], bool],
+                 chunk: int) -> bool:
+        """Evaluate ``history`` at idle, in batches of ``chunk``, stopping as soon as
+        ``cancelled`` says so (what was evaluated is kept). True when it is all held."""
+        self.model.set_abort(cancelled)
+        try:
+            return self._sync(history, chunk)
+        finally:
+            self.model.set_abort(None)
 
     def propose(self, history: Sequence[int], n: int) -> Draft | None:
         """Up to ``n`` greedy tokens; stops early when the top probability is below p_min."""
         if n <= 0 or not history or len(history) + n >= self.model.n_ctx:
             return None
-        self._sync(history)
+        if not self._sync(history):
+            raise RuntimeError("draft decode aborted")
         out: list[int] = []
         pos = len(self.kv)
         for _ in range(n):

@@ -209,6 +209,7 @@ class RemoteEngine:
     def _build(self, req: CompletionRequest) -> Prompt:
         """The prompt as the engine here builds it (the healed token left out)."""
         inp = PromptInput(prefix=req.prefix, suffix=req.suffix, prefix_offset=req.prefix_offset,
+                          opening=req.opening,
                           repo_name=req.repo_name, rel_path=req.rel_path,
                           context=tuple(req.context), context_tokens=req.context_tokens)
         budget = min(self.prompt_tokens, self.n_ctx - req.max_tokens - 8)
