@@ -223,7 +223,11 @@ def test_a_keystroke_keeps_the_suffix_cache(engine: Engine, reuse: bool) -> None
             "        if is_")
     _, first = _keystroke(engine, head, reuse)
     assert first["shifted"] == 0 and first["evaluated"] >= first["prompt"]
-    suffix_tokens = len(engine.vocab.tokenize(SUFFIX_DOC))
+    # The suffix's window in the prompt (a third of the cursor's share of the window).
+    window = engine.build(CompletionRequest(uri="file:///k.py", version=1, prefix=head,
+                                            suffix=SUFFIX_DOC, max_tokens=16)).suffix_window
+    suffix_tokens = len(engine.vocab.tokenize(window))
+    assert suffix_tokens > SUFFIX_FRESH_TOKENS + 16
     recs = []
     # Typing within a word only changes the healed text, not the prompt; these add and
     # remove whole tokens before the suffix (typing, a backspace, two characters at once).
