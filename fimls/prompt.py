@@ -346,17 +346,20 @@ def _head(template: FimTemplate, vocab: VocabLike,
     return head, chosen, len(ctx)
 
 
-def _shares(avail: int) -> tuple[int, int]:
-    """(suffix budget, cursor-dependent budget) of a FIM window of ``avail`` tokens."""
-    local = max(48, int(avail * LOCAL_SHARE))
+def _shares(avail: int, budget: int) -> tuple[int, int]:
+    """(suffix budget, cursor-dependent budget) of a FIM window of ``budget`` tokens with
+    ``avail`` left for the file. The cursor's share is of the whole window (what a new
+    place costs), not of what other files' chunks leave: it takes at most half of that."""
+    local = min(max(48, avail // 2), max(48, int(budget * LOCAL_SHARE)))
     return max(16, local // 3), local
 
 
-def _opening(vocab: VocabLike, text: str, avail: int) -> tuple[str, list[int]]:
-    """The opening of a long file in a FIM window of ``avail`` tokens: its first lines
-    within the share that does not depend on the cursor, and their tokens. The same
-    function serves the idle prefill and the requests, so the tokens are the same."""
-    _, local = _shares(avail)
+def _opening(vocab: VocabLike, text: str, avail: int, budget: int) -> tuple[str, list[int]]:
+    """The opening of a long file in a FIM window of ``budget`` tokens (``avail`` for the
+    file): its first lines within the share that does not depend on the cursor, and their
+    tokens. The same function serves the idle prefill and the requests, so the tokens
+    are the same."""
+    _, local = _shares(avail, budget)
     return _fit_suffix(vocab, text, avail - local, guess=5)
 
 
@@ -381,7 +384,7 @@ def opening_prompt(template: FimTemplate, vocab: VocabLike, inp: PromptInput,
     if template.order != "psm":
         return [*head, template.suf]  # SPM: the suffix, which depends on the cursor, comes first
     avail = max(16, budget_tokens - len(head) - 3)
-    return [*head, template.pre, *_opening(vocab, inp.prefix, avail)[1]]
+    return [*head, template.pre, *_opening(vocab, inp.prefix, avail, budget_tokens)[1]]
 
 
 def build_prompt(template: FimTemplate, vocab: VocabLike, inp: PromptInput,
@@ -400,7 +403,7 @@ def build_prompt(template: FimTemplate, vocab: VocabLike, inp: PromptInput,
                       heal_tokens=int(bool(constraint)), **extra)
 
     avail = max(16, budget_tokens - len(head) - 3)
-    suf_budget, _ = _shares(avail)
+    suf_budget, _ = _shares(avail, budget_tokens)
     suf_text, suf_toks = _fit_suffix(vocab, inp.suffix, suf_budget)
     pre_budget = avail - len(suf_toks)
     pre_text, pre_toks = _fit_prefix(vocab, inp.prefix, pre_budget, inp.prefix_offset)
@@ -410,7 +413,7 @@ def build_prompt(template: FimTemplate, vocab: VocabLike, inp: PromptInput,
             and (inp.prefix_offset > 0 or len(pre_text) < len(inp.prefix))):
         # The file is longer than the window: its opening (cached since the file was
         # opened) and the cursor's neighbourhood, instead of one window before the cursor.
-        head_text, open_toks = _opening(vocab, opening, avail)
+        head_text, open_toks = _opening(vocab, opening, avail, budget_tokens)
         gap = vocab.tokenize(f"{_comment(inp.rel_path)} ...\n")
         near_text, near_toks = _fit_prefix(vocab, inp.prefix,
                                            max(16, pre_budget - len(open_toks) - len(gap)),

@@ -299,9 +299,8 @@ def test_the_cursor_dependent_share_is_small(models: Models, family: str) -> Non
     cursor = len(text) // 2
     p = build_prompt(t, vocab, PromptInput(prefix=text[:cursor], suffix=text[cursor:],
                                            rel_path="a.py"), budget)
-    head, _, suf = sections(t, p)
-    avail = budget - len(head) - 3
-    local = int(avail * LOCAL_SHARE)
+    suf = sections(t, p)[2]
+    local = int(budget * LOCAL_SHARE)
     assert local // 4 <= len(suf) <= local // 3
     assert len(p.tokens) >= budget * 0.8  # the budget is actually used
     if t.order == "spm":
