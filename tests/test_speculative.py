@@ -273,3 +273,29 @@ def test_tail_drafts_after_an_edit_elsewhere(engine: Engine) -> None:
     REPORT.append(f"previous-suggestion tail after an edit: accepted {accepted}/{drafted} on "
                   f"{same} tasks that kept their suggestion; elsewhere {', '.join(other) or '-'}")
     assert same > 0 and drafted > 0 and accepted >= 0.8 * drafted
+
+
+def test_the_draft_model_catches_up_at_idle_not_on_a_request(engine: Engine) -> None:
+    """Far behind, a request does not draft with the draft model (catching up would cost
+    more than drafting saves, and a newer request could not stop it). Idle prefill brings
+    its context up to the main model's instead, and a request stops that like the rest."""
+    dm = engine.draft_model
+    assert dm is not None
+    task = humaneval("Single", n=1)[0]
+    engine.reset()
+    dm.reset()
+    req = CompletionRequest(uri="file:///c.py", version=1, prefix=task["prefix"],
+                            suffix=task["suffix"], max_tokens=16, speculative="auto")
+    rec = engine.complete(req, lambda: False).record
+    assert rec.draft != "model" and dm.kv == [], rec
+    # Idle work: the file's opening for the main model, then the same for the draft model.
+    engine.reset()
+    opening = CompletionRequest(uri="file:///c.py", version=1, prefix=task["prefix"],
+                                suffix="", prefill="open", speculative="auto")
+    assert engine.complete(opening, lambda: False).record.outcome == "prefill"
+    assert len(engine.kv) > 64 and dm.kv == engine.kv
+    assert dm.model.kv_len() == len(dm.kv) and dm.behind(engine.kv) == 1
+    # Stopped before its first batch: nothing is evaluated, and the record stays true.
+    dm.reset()
+    assert not dm.catch_up(engine.kv, lambda: True, 16)
+    assert dm.kv == [] and dm.model.kv_len() == 0
