@@ -26,6 +26,15 @@ import numpy.typing as npt
 IntArray = npt.NDArray[np.int32]
 
 
+def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens ``a`` and ``b`` share (how much of a cache serves a prompt)."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
 @dataclass(frozen=True)
 class Draft:
     """Proposed tokens, which source proposed them, and how long the matched key was."""

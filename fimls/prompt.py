@@ -363,6 +363,21 @@ def _opening(vocab: VocabLike, text: str, avail: int, budget: int) -> tuple[str,
     return _fit_suffix(vocab, text, avail - local, guess=5)
 
 
+def _with_opening(vocab: VocabLike, inp: PromptInput, opening: str, avail: int, budget: int,
+                  pre_budget: int) -> tuple[str, str, list[int]] | None:
+    """A long file's prefix: its opening (cached since the file was opened), a gap, and
+    the cursor's neighbourhood; (opening, neighbourhood, tokens), or None when the two
+    would overlap (the file is barely longer than the window)."""
+    head_text, open_toks = _opening(vocab, opening, avail, budget)
+    gap = vocab.tokenize(f"{_comment(inp.rel_path)} ...\n")
+    near_text, near_toks = _fit_prefix(vocab, inp.prefix,
+                                       max(16, pre_budget - len(open_toks) - len(gap)),
+                                       inp.prefix_offset)
+    if inp.prefix_offset + len(inp.prefix) - len(near_text) < len(head_text):
+        return None
+    return head_text, near_text, open_toks + gap + near_toks
+
+
 def opening_prompt(template: FimTemplate, vocab: VocabLike, inp: PromptInput,
                    budget_tokens: int) -> list[int]:
     """The first tokens of every prompt for ``inp.prefix``'s document, whatever the cursor.
@@ -406,20 +421,20 @@ def build_prompt(template: FimTemplate, vocab: VocabLike, inp: PromptInput,
     suf_budget, _ = _shares(avail, budget_tokens)
     suf_text, suf_toks = _fit_suffix(vocab, inp.suffix, suf_budget)
     pre_budget = avail - len(suf_toks)
-    pre_text, pre_toks = _fit_prefix(vocab, inp.prefix, pre_budget, inp.prefix_offset)
     opening = inp.prefix if inp.prefix_offset == 0 else inp.opening
+    split = None
+    # A prefix longer than this cannot be one window (see _fit_prefix): no need to fit it.
+    if template.order == "psm" and opening and (
+            inp.prefix_offset > 0 or len(inp.prefix) > pre_budget * CHARS_PER_TOKEN_GUESS):
+        split = _with_opening(vocab, inp, opening, avail, budget_tokens, pre_budget)
+    if split is None:
+        pre_text, pre_toks = _fit_prefix(vocab, inp.prefix, pre_budget, inp.prefix_offset)
+        if (template.order == "psm" and opening and inp.prefix_offset == 0
+                and pre_budget * CHARS_PER_TOKEN_GUESS >= len(inp.prefix) > len(pre_text)):
+            split = _with_opening(vocab, inp, opening, avail, budget_tokens, pre_budget)
     open_text = ""
-    if (template.order == "psm" and opening
-            and (inp.prefix_offset > 0 or len(pre_text) < len(inp.prefix))):
-        # The file is longer than the window: its opening (cached since the file was
-        # opened) and the cursor's neighbourhood, instead of one window before the cursor.
-        head_text, open_toks = _opening(vocab, opening, avail, budget_tokens)
-        gap = vocab.tokenize(f"{_comment(inp.rel_path)} ...\n")
-        near_text, near_toks = _fit_prefix(vocab, inp.prefix,
-                                           max(16, pre_budget - len(open_toks) - len(gap)),
-                                           inp.prefix_offset)
-        if inp.prefix_offset + len(inp.prefix) - len(near_text) >= len(head_text):
-            open_text, pre_text, pre_toks = head_text, near_text, open_toks + gap + near_toks
+    if split is not None:
+        open_text, pre_text, pre_toks = split
     pre_toks, constraint = _heal(vocab, pre_toks)
     if template.order == "spm":
         body = [template.suf, *suf_toks, template.pre, *pre_toks]

@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from fimls.drafting import Draft, DraftPolicy, PromptLookupDraft, monotone
+from fimls.drafting import Draft, DraftPolicy, PromptLookupDraft, common_prefix_len, monotone
 from fimls.engine.api import CompletionRequest, CompletionResult, EngineConfig, gate
 from fimls.engine.cpu import extra_buffers_usable
 from fimls.engine.llama import LlamaModel, ModelLoadError
@@ -73,14 +73,6 @@ MAX_PATH_REMAINDER = 32  # bytes of typed text that may be forced after the cach
 
 class Cancelled(Exception):
     """The request was cancelled or superseded while the engine worked on it."""
-
-
-def _lcp(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 @dataclass(kw_only=True)
@@ -330,7 +322,7 @@ class Engine:
         built = make(self.prompt_budget(max_tokens))
         if self.sizer.pending:
             toks = tokens(built)
-            if _lcp(toks, self.kv) < max(1, len(toks) // 2):
+            if common_prefix_len(toks, self.kv) < max(1, len(toks) // 2):
                 self.sizer.adopt()
                 built = make(self.prompt_budget(max_tokens))
         return built
@@ -376,7 +368,7 @@ class Engine:
         if j == 0:
             return prompt.tokens, prompt.constraint
         if off < canonical_cover and (len(full) - off > MAX_PATH_REMAINDER
-                                      or j <= _lcp(path, prompt.tokens)):
+                                      or j <= common_prefix_len(path, prompt.tokens)):
             return prompt.tokens, prompt.constraint
         return path[:j], full[off:]
 
@@ -568,7 +560,7 @@ class Engine:
             tokens = self._sized(
                 lambda budget: opening_prompt(self.template, self.vocab, inp, budget),
                 lambda t: t, req.max_tokens)
-            common = _lcp(tokens, self.kv)
+            common = common_prefix_len(tokens, self.kv)
             rec.prompt_tokens = len(tokens)
             rec.reused_tokens = common
             self._evaluated = 0
@@ -777,7 +769,7 @@ class Engine:
             rec.stop = "empty_prompt"
             return None
         ctx = CursorContext.from_text(req.prefix, req.suffix)
-        common = _lcp(tokens, self.kv)
+        common = common_prefix_len(tokens, self.kv)
         if req.reuse_suffix and self._can_shift:
             common = self._reuse_suffix(tokens, common, rec, cancelled)
         rec.reused_tokens = min(common, len(tokens))

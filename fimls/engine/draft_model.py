@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fimls.drafting import Draft, check_vocab_compatible, top_probability
+from fimls.drafting import Draft, check_vocab_compatible, common_prefix_len, top_probability
 from fimls.engine.cpu import extra_buffers_usable
 from fimls.engine.llama import LlamaModel, ModelLoadError, Vocab
 
@@ -54,10 +54,7 @@ class ModelDraft:
 
     def behind(self, history: Sequence[int]) -> int:
         """How many tokens of ``history`` the draft context would have to evaluate."""
-        common = 0
-        n = min(len(history), len(self.kv))
-        while common < n and history[common] == self.kv[common]:
-            common += 1
+        common = common_prefix_len(history, self.kv)
         return len(history) - min(common, len(history) - 1) if history else 0
 
     def _sync(self, history: Sequence[int], chunk: int | None = None) -> bool:
