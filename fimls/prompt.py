@@ -196,6 +196,7 @@ class Prompt:
     heal_tokens: int = 0
     context_tokens: int = 0  # tokens of other buffers' chunks at the front
     context_sources: str = ""  # e.g. "definition:2,ring:1"
+    window: int = 0  # the token budget it was laid out in
 
 
 def prefix_window(prefix: str, char_budget: int, prefix_offset: int = 0,
@@ -403,13 +404,21 @@ def opening_prompt(template: FimTemplate, vocab: VocabLike, inp: PromptInput,
 
 
 def build_prompt(template: FimTemplate, vocab: VocabLike, inp: PromptInput,
-                 budget_tokens: int) -> Prompt:
-    """Lay out the prompt for ``template`` within ``budget_tokens`` tokens."""
+                 budget_tokens: int, *, share_of: int | None = None,
+                 contiguous: bool = False) -> Prompt:
+    """Lay out the prompt for ``template`` within ``budget_tokens`` tokens.
+
+    ``share_of``: the window whose suffix share this prompt keeps when it is cut below
+    that window. ``contiguous``: the lines just before the cursor only, never a long
+    file's opening (a prompt nothing is cached for spends its tokens nearest the cursor;
+    see the engine's cold prompts).
+    """
     if inp.context:
         # The chunks take at most half the window: the file itself matters most.
         inp = replace(inp, context_tokens=min(inp.context_tokens, budget_tokens // 2))
     head, used, ctx_tokens = _head(template, vocab, inp)
-    extra: dict[str, Any] = {"context_tokens": ctx_tokens, "context_sources": sources_of(used)}
+    extra: dict[str, Any] = {"context_tokens": ctx_tokens, "context_sources": sources_of(used),
+                             "window": budget_tokens}
     if template.kind == "continuation":
         window, toks = _fit_prefix(vocab, inp.prefix, budget_tokens - len(head),
                                    inp.prefix_offset)
@@ -418,20 +427,21 @@ def build_prompt(template: FimTemplate, vocab: VocabLike, inp: PromptInput,
                       heal_tokens=int(bool(constraint)), **extra)
 
     avail = max(16, budget_tokens - len(head) - 3)
-    suf_budget, _ = _shares(avail, budget_tokens)
+    shares = share_of or budget_tokens
+    suf_budget, _ = _shares(avail, shares)
     suf_text, suf_toks = _fit_suffix(vocab, inp.suffix, suf_budget)
     pre_budget = avail - len(suf_toks)
-    opening = inp.prefix if inp.prefix_offset == 0 else inp.opening
+    opening = "" if contiguous else inp.prefix if inp.prefix_offset == 0 else inp.opening
     split = None
     # A prefix longer than this cannot be one window (see _fit_prefix): no need to fit it.
     if template.order == "psm" and opening and (
             inp.prefix_offset > 0 or len(inp.prefix) > pre_budget * CHARS_PER_TOKEN_GUESS):
-        split = _with_opening(vocab, inp, opening, avail, budget_tokens, pre_budget)
+        split = _with_opening(vocab, inp, opening, avail, shares, pre_budget)
     if split is None:
         pre_text, pre_toks = _fit_prefix(vocab, inp.prefix, pre_budget, inp.prefix_offset)
         if (template.order == "psm" and opening and inp.prefix_offset == 0
                 and pre_budget * CHARS_PER_TOKEN_GUESS >= len(inp.prefix) > len(pre_text)):
-            split = _with_opening(vocab, inp, opening, avail, budget_tokens, pre_budget)
+            split = _with_opening(vocab, inp, opening, avail, shares, pre_budget)
     open_text = ""
     if split is not None:
         open_text, pre_text, pre_toks = split

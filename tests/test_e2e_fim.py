@@ -359,6 +359,51 @@ async def test_a_long_files_opening_serves_a_cursor_anywhere(tmp_path: Path) -> 
     assert asks[0]["prompt_tokens"] - asks[0]["reused_tokens"] <= budget * LOCAL_SHARE + 16
 
 
+def test_a_cold_request_reads_a_smaller_window_until_idle_prefill_grows_it() -> None:
+    # A window sized by time (not pinned), at a speed fixed here: the rule is under test,
+    # not this machine's timings.
+    eng = Engine(EngineConfig(model_path=resolve_model(QWEN.name), n_ctx=2048,
+                              measure_costs=False))
+    try:
+        eng.sizer.rate = 100.0  # 1,024 tokens: about 10 s, as the 1.5B on 2 cores
+        eng.sizer.window = eng.sizer.tokens = 1024
+        eng.sizer.observe = lambda tokens, seconds: False  # type: ignore[method-assign]
+        body = "".join(f"def helper_{i}(x):\n    return x + {i}\n\n" for i in range(300))
+        text = body + "def total(xs):\n    return sum(xs)\n"
+        cursor = text.index("def helper_250")
+        cold = eng.sizer.cold_budget(2048 - 8 - 8)
+        assert cold is not None and cold < 1024
+
+        def ask(typed: str = "", prefill: str | None = None, at: int = cursor) -> Any:
+            # (No speculation: a repeated request would be answered from memory.)
+            req = CompletionRequest(uri="file:///helpers.py", version=1,
+                                    prefix=text[:at] + typed, suffix=text[at:],
+                                    max_tokens=8, prefill=prefill, speculative="off")
+            return eng.complete(req, lambda: False).record
+
+        first = ask()
+        # Nothing was cached: the cold window, the lines nearest the cursor only.
+        assert first.window_tokens == cold and first.prompt_tokens <= cold, first
+        assert first.reused_tokens < 16
+        assert "helper_0(" not in "".join(eng.vocab.text_piece(t).decode("utf-8", "replace")
+                                           for t in eng.kv)
+        # A keystroke keeps it: it is what the cache holds.
+        typed = ask("x")
+        assert typed.window_tokens == cold and typed.evaluated_tokens < 48, typed
+        # The idle prefill at the cursor evaluates the whole window, opening included...
+        idle = ask("x", prefill="cursor")
+        assert idle.window_tokens == 1024 and idle.evaluated_tokens > 300, idle
+        # ...which the next request uses, all cached.
+        after = ask("x")
+        assert after.window_tokens == 1024 and after.reused_tokens >= after.prompt_tokens - 1
+        # A new place with the opening cached costs only its own share: no cut there.
+        jump = ask(at=text.index("def helper_120"))
+        assert jump.window_tokens == 1024, jump
+        assert jump.prompt_tokens - jump.reused_tokens <= 1024 * LOCAL_SHARE + 16, jump
+    finally:
+        eng.close()
+
+
 async def test_the_cursor_a_plugin_reports_is_prefilled_before_the_request(
         tmp_path: Path) -> None:
     # A long file opened at a line far from its top (a jump, a search result): the file's

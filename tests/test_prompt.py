@@ -315,6 +315,32 @@ def test_the_cursor_dependent_share_is_small(models: Models, family: str) -> Non
     assert len(p.tokens) - len(opening) <= local + 16
 
 
+@pytest.mark.parametrize("family", FIM_FAMILIES)
+def test_a_cold_prompt_spends_its_tokens_nearest_the_cursor(models: Models,
+                                                           family: str) -> None:
+    """The engine's cold prompt (nothing cached): a smaller window, contiguous before the
+    cursor (no opening), with the whole window's suffix."""
+    vocab = vocab_of(models, family)
+    t = detect_template(vocab)
+    window, cold = 1024, 614
+    text = long_code(3000, "c")
+    cursor = len(text) // 2
+    inp = PromptInput(prefix=text[:cursor], suffix=text[cursor:], rel_path="a.py")
+    whole = build_prompt(t, vocab, inp, window)
+    cut = build_prompt(t, vocab, inp, cold, share_of=window, contiguous=True)
+    assert whole.window == window and cut.window == cold
+    assert cold // 4 < len(cut.tokens) <= cold
+    assert cut.opening_window == "" and text[:cursor].endswith(cut.prefix_window)
+    if t.order == "psm":
+        # The whole window's prefix is mostly the file's opening; all of the cold one's is
+        # the lines before the cursor, more of them.
+        assert len(cut.prefix_window) > len(whole.prefix_window)
+    else:
+        assert whole.prefix_window.endswith(cut.prefix_window)  # SPM: no opening anyway
+    assert cut.suffix_window == whole.suffix_window
+    assert sections(t, cut)[2] == sections(t, whole)[2]
+
+
 @pytest.mark.parametrize("family", ["starcoder2", "codellama", "codestral"])
 def test_windows_cut_at_line_boundaries(models: Models,
                                         family: str) -> None:

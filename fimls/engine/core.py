@@ -47,7 +47,7 @@ from fimls.prompt import (
     detect_template,
     opening_prompt,
 )
-from fimls.sizing import PromptSizer, prior_rate
+from fimls.sizing import COLD_SAVING, COLD_SECONDS, PromptSizer, prior_rate
 
 __all__ = ["Cancelled", "Engine", "EngineConfig"]
 
@@ -311,15 +311,17 @@ class Engine:
                      "from the next one not in the cache", self.sizer.rate, self.sizer.tokens)
 
     def _sized(self, make: Callable[[int], _P], tokens: Callable[[_P], list[int]],
-               max_tokens: int) -> _P:
-        """``make(budget)``, with a newly measured window only where the cache is lost anyway.
+               max_tokens: int, built: _P | None = None) -> _P:
+        """``make(budget)`` (``built``: already made with the current window), with a newly
+        measured window only where the cache is lost anyway.
 
         The window's size decides its start: changing it under a prompt the cache holds
         would recompute the whole prompt for nothing. So the old window stays while it
         reuses at least half of the cache's prompt, and the new one is adopted at the first
         prompt that would be mostly evaluated anyway.
         """
-        built = make(self.prompt_budget(max_tokens))
+        if built is None:
+            built = make(self.prompt_budget(max_tokens))
         if self.sizer.pending:
             toks = tokens(built)
             if common_prefix_len(toks, self.kv) < max(1, len(toks) // 2):
@@ -328,13 +330,43 @@ class Engine:
         return built
 
     def build(self, req: CompletionRequest) -> Prompt:
-        """The canonical prompt for a request."""
+        """The prompt for a request: the whole window, or the cold one (see
+        :meth:`_cold`). The idle prefill at the cursor always takes the whole window: it
+        is how a cold prompt grows back."""
         inp = PromptInput(prefix=req.prefix, suffix=req.suffix, prefix_offset=req.prefix_offset,
                           opening=req.opening,
                           repo_name=req.repo_name, rel_path=req.rel_path,
                           context=tuple(req.context), context_tokens=req.context_tokens)
-        return self._sized(lambda budget: build_prompt(self.template, self.vocab, inp, budget),
-                           lambda p: p.tokens, req.max_tokens)
+
+        def make(budget: int) -> Prompt:
+            return build_prompt(self.template, self.vocab, inp, budget)
+
+        whole = make(self.prompt_budget(req.max_tokens))
+        if self.template.kind == "fim" and req.prefill != "cursor":
+            cut = self._cold(inp, whole, req.max_tokens)
+            if cut is not None:
+                return cut
+        return self._sized(make, lambda p: p.tokens, req.max_tokens, built=whole)
+
+    def _cold(self, inp: PromptInput, whole: Prompt, max_tokens: int) -> Prompt | None:
+        """The cold prompt for a FIM request the cache barely covers, or None.
+
+        See :meth:`fimls.sizing.PromptSizer.cold_budget`. It is the lines nearest the
+        cursor (no file opening), within the cold window, with the whole window's suffix
+        share. It is used while it evaluates clearly less than the whole prompt: on the
+        first request in a file, and on the keystrokes after it, which find it cached.
+        """
+        new = len(whole.tokens) - common_prefix_len(whole.tokens, self.kv)
+        if self.sizer.seconds(new) <= COLD_SECONDS:
+            return None
+        cold = self.sizer.cold_budget(self.model.n_ctx - max_tokens - 8)
+        if cold is None or cold >= whole.window:
+            return None
+        cut = build_prompt(self.template, self.vocab, inp, cold, share_of=whole.window,
+                           contiguous=True)
+        if len(cut.tokens) - common_prefix_len(cut.tokens, self.kv) > new * COLD_SAVING:
+            return None
+        return cut
 
     def _align_with_path(self, prompt: Prompt) -> tuple[list[int], bytes]:
         """Re-express the prompt along the cached token path when that covers more text.
@@ -553,6 +585,7 @@ class Engine:
             if st is None:
                 return
             tokens, common = st.seq, st.common
+            rec.evaluated_tokens = self._evaluated  # (moving the suffix evaluates the gap)
         else:
             inp = PromptInput(prefix=req.prefix, suffix="", repo_name=req.repo_name,
                               rel_path=req.rel_path, context=tuple(req.context),
@@ -761,6 +794,7 @@ class Engine:
         rec.prompt_tokens = len(tokens)
         rec.context_tokens = prompt.context_tokens
         rec.context_sources = prompt.context_sources
+        rec.window_tokens = prompt.window
         self._fresh_from = len(self.kv)  # nxt below this index predates the request
         self._evaluated = 0
         if not tokens:

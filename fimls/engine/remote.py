@@ -370,6 +370,7 @@ class RemoteEngine:
             return self._done(req, rec, "", t_start)
         rec.prompt_tokens = len(tokens)
         rec.context_tokens, rec.context_sources = prompt.context_tokens, prompt.context_sources
+        rec.window_tokens = prompt.window
         path, body = self._body(req, tokens, grammar)
         events: queue.Queue[Any] = queue.Queue()
         threading.Thread(target=self._stream, args=(path, body, req.request_id, events),
