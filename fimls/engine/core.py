@@ -303,7 +303,11 @@ class Engine:
     def prompt_budget(self, max_tokens: int) -> int:
         """Tokens the prompt may use: sized by time (see fimls.sizing), and so that prompt
         plus output fit the context."""
-        return self.sizer.budget(self.model.n_ctx - max_tokens - 8)
+        return self.sizer.budget(self._prompt_cap(max_tokens))
+
+    def _prompt_cap(self, max_tokens: int) -> int:
+        """The most tokens a prompt can have with ``max_tokens`` of output after it."""
+        return self.model.n_ctx - max_tokens - 8
 
     def _observe_prefill(self, tokens: int, seconds: float) -> None:
         if self.sizer.observe(tokens, seconds):
@@ -359,7 +363,7 @@ class Engine:
         new = len(whole.tokens) - common_prefix_len(whole.tokens, self.kv)
         if self.sizer.seconds(new) <= COLD_SECONDS:
             return None
-        cold = self.sizer.cold_budget(self.model.n_ctx - max_tokens - 8)
+        cold = self.sizer.cold_budget(self._prompt_cap(max_tokens))
         if cold is None or cold >= whole.window:
             return None
         cut = build_prompt(self.template, self.vocab, inp, cold, share_of=whole.window,
