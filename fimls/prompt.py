@@ -20,6 +20,7 @@ the file; a new cursor costs only the small share that depends on it (``LOCAL_SH
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
@@ -34,6 +35,19 @@ CHARS_PER_TOKEN_GUESS = 3  # conservative: code usually packs 3.5-4.5 chars per 
 # does not depend on the cursor and is evaluated while the user reads (idle prefill): a
 # cursor at a new place then costs only this share (about 1.2 s of the window's ~6 s).
 LOCAL_SHARE = 0.2
+# The most of a cold prompt's prefix (see build_prompt's ``cold``) the file's import lines
+# take: they name what the code near the cursor calls, the rest is the lines before it.
+IMPORT_SHARE = 0.25
+# A statement that names what a file takes from elsewhere, at a line's start: Python,
+# JavaScript/TypeScript, C/C++/Objective-C, Rust, PHP, Perl, Go, Java/Kotlin/Scala, C#,
+# Ruby, Lua. Its continuation lines are those up to where its brackets close. Indented ones
+# are left out: they are a function's own, not what the file as a whole uses.
+_IMPORT_LINE = re.compile(
+    r"(?:from[ \t]+[\w.]+[ \t]+import\b|import\b|#[ \t]*(?:include|import)\b"
+    r"|use[ \t]+[\w:\\{]|using[ \t]+[\w.]|package[ \t]+[\w.]+[ \t]*;?\s*$"
+    r"|extern[ \t]+crate\b|require(?:_relative)?\b"
+    r"|(?:const|let|var|local)[ \t]+[\w{}, \t]+=[ \t]*require\b)")
+_IMPORT_MAX_LINES = 40  # one statement's continuation lines, at most
 
 
 class VocabLike(Protocol):
@@ -364,6 +378,63 @@ def _opening(vocab: VocabLike, text: str, avail: int, budget: int) -> tuple[str,
     return _fit_suffix(vocab, text, avail - local, guess=5)
 
 
+def import_lines(text: str) -> str:
+    """The import statements of ``text`` (the top of a file), in order, with their
+    continuation lines; empty when it has none."""
+    lines = text.splitlines(keepends=True)
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        if not _IMPORT_LINE.match(lines[i]):
+            i += 1
+            continue
+        depth, j = 0, i
+        while j < len(lines) and j < i + _IMPORT_MAX_LINES:
+            depth += sum(lines[j].count(c) for c in "([{") - sum(lines[j].count(c) for c in ")]}")
+            j += 1
+            if depth <= 0:
+                break
+        out.extend(lines[i:j])
+        i = j
+    if out and not out[-1].endswith(("\n", "\r")):
+        out[-1] += "\n"
+    return "".join(out)
+
+
+def _with_imports(vocab: VocabLike, inp: PromptInput, top: str,
+                  pre_budget: int) -> tuple[str, str, list[int]] | None:
+    """A cold prompt's prefix: the file's import lines above the window, a gap, and the
+    lines just before the cursor; (imports, neighbourhood, tokens), or None when no
+    import line lies above the lines the window holds anyway.
+
+    ``top`` is the document from its start (``inp.prefix`` or ``inp.opening``). The
+    imports are taken only from above the cursor's window, so they stay the same while
+    the user types at the cursor (the window's start is quantised). When they do not all
+    fit, the last ones are kept: by convention the project's own modules are imported
+    after the standard library's and third parties', and they are what other open files
+    define.
+    """
+    cursor = inp.prefix_offset + len(inp.prefix)
+    found = import_lines(top[:cursor])
+    if not found:
+        return None
+    gap = vocab.tokenize(f"{_comment(inp.rel_path)} ...\n")
+    most = int(pre_budget * IMPORT_SHARE)
+    imp_text, imp_toks = _fit_prefix(vocab, found, most, 0)
+    near_text, near_toks = _fit_prefix(vocab, inp.prefix,
+                                       max(16, pre_budget - len(imp_toks) - len(gap)),
+                                       inp.prefix_offset)
+    start = cursor - len(near_text)
+    above = import_lines(top[:start])
+    if not above:
+        return None
+    if above != found:
+        imp_text, imp_toks = _fit_prefix(vocab, above, most, 0)
+    if not imp_toks:
+        return None
+    return imp_text, near_text, imp_toks + gap + near_toks
+
+
 def _with_opening(vocab: VocabLike, inp: PromptInput, opening: str, avail: int, budget: int,
                   pre_budget: int) -> tuple[str, str, list[int]] | None:
     """A long file's prefix: its opening (cached since the file was opened), a gap, and
@@ -405,13 +476,14 @@ def opening_prompt(template: FimTemplate, vocab: VocabLike, inp: PromptInput,
 
 def build_prompt(template: FimTemplate, vocab: VocabLike, inp: PromptInput,
                  budget_tokens: int, *, share_of: int | None = None,
-                 contiguous: bool = False) -> Prompt:
+                 cold: bool = False) -> Prompt:
     """Lay out the prompt for ``template`` within ``budget_tokens`` tokens.
 
     ``share_of``: the window whose suffix share this prompt keeps when it is cut below
-    that window. ``contiguous``: the lines just before the cursor only, never a long
-    file's opening (a prompt nothing is cached for spends its tokens nearest the cursor;
-    see the engine's cold prompts).
+    that window. ``cold``: a prompt nothing is cached for (see the engine's cold
+    prompts), which spends its tokens nearest the cursor: never a long file's opening,
+    only its import lines (at most ``IMPORT_SHARE`` of the prefix), then the lines just
+    before the cursor.
     """
     if inp.context:
         # The chunks take at most half the window: the file itself matters most.
@@ -431,8 +503,13 @@ def build_prompt(template: FimTemplate, vocab: VocabLike, inp: PromptInput,
     suf_budget, _ = _shares(avail, shares)
     suf_text, suf_toks = _fit_suffix(vocab, inp.suffix, suf_budget)
     pre_budget = avail - len(suf_toks)
-    opening = "" if contiguous else inp.prefix if inp.prefix_offset == 0 else inp.opening
+    opening = inp.prefix if inp.prefix_offset == 0 else inp.opening
     split = None
+    if cold:
+        if template.order == "psm" and opening and (
+                inp.prefix_offset > 0 or len(inp.prefix) > pre_budget * CHARS_PER_TOKEN_GUESS):
+            split = _with_imports(vocab, inp, opening, pre_budget)
+        opening = ""
     # A prefix longer than this cannot be one window (see _fit_prefix): no need to fit it.
     if template.order == "psm" and opening and (
             inp.prefix_offset > 0 or len(inp.prefix) > pre_budget * CHARS_PER_TOKEN_GUESS):

@@ -15,6 +15,7 @@ import pytest
 from fimls.context import ContextChunk
 from fimls.engine.llama import LlamaModel, Vocab
 from fimls.prompt import (
+    IMPORT_SHARE,
     LOCAL_SHARE,
     WINDOW_QUANTUM,
     FimTemplate,
@@ -22,6 +23,7 @@ from fimls.prompt import (
     PromptInput,
     build_prompt,
     detect_template,
+    import_lines,
     opening_prompt,
     prefix_window,
     suffix_window,
@@ -327,7 +329,7 @@ def test_a_cold_prompt_spends_its_tokens_nearest_the_cursor(models: Models,
     cursor = len(text) // 2
     inp = PromptInput(prefix=text[:cursor], suffix=text[cursor:], rel_path="a.py")
     whole = build_prompt(t, vocab, inp, window)
-    cut = build_prompt(t, vocab, inp, cold, share_of=window, contiguous=True)
+    cut = build_prompt(t, vocab, inp, cold, share_of=window, cold=True)
     assert whole.window == window and cut.window == cold
     assert cold // 4 < len(cut.tokens) <= cold
     assert cut.opening_window == "" and text[:cursor].endswith(cut.prefix_window)
@@ -339,6 +341,62 @@ def test_a_cold_prompt_spends_its_tokens_nearest_the_cursor(models: Models,
         assert whole.prefix_window.endswith(cut.prefix_window)  # SPM: no opening anyway
     assert cut.suffix_window == whole.suffix_window
     assert sections(t, cut)[2] == sections(t, whole)[2]
+
+
+@pytest.mark.parametrize("family", ["qwen2.5-coder", "starcoder2"])
+def test_a_cold_prompt_keeps_the_files_last_import_lines(models: Models, family: str) -> None:
+    """Far below its imports, a cold prompt holds the file's top-level import lines (the
+    last ones when they do not all fit: the project's own modules), a gap, then the lines
+    before the cursor; a keystroke at the cursor leaves all of it in place."""
+    vocab = vocab_of(models, family)
+    t = detect_template(vocab)
+    window, cold = 1024, 614
+    imports = "".join(f"import stdlib_{i}\n" for i in range(200))
+    imports += "from .helpers import (\n    make_widget,\n    Widget,\n)\nfrom .store import save\n"
+    body = "def f():\n    import local_only\n" + long_code(3000, "c")
+    text = '"""A module."""\n' + imports + body
+    cursor = len(text) - len(body) // 2
+    inp = PromptInput(prefix=text[:cursor], suffix=text[cursor:], rel_path="a.py")
+    cut = build_prompt(t, vocab, inp, cold, share_of=window, cold=True)
+    assert len(cut.tokens) <= cold
+    assert cut.opening_window.endswith(
+        "from .helpers import (\n    make_widget,\n    Widget,\n)\nfrom .store import save\n")
+    assert "stdlib_199" in cut.opening_window and "stdlib_0\n" not in cut.opening_window
+    assert "local_only" not in cut.opening_window and "A module" not in cut.opening_window
+    assert len(vocab.tokenize(cut.opening_window)) <= IMPORT_SHARE * cold
+    assert text[:cursor].endswith(cut.prefix_window)
+    assert cut.opening_window + "# ...\n" in decode(vocab, cut.tokens)
+    typed = PromptInput(prefix=text[:cursor] + "x", suffix=text[cursor:], rel_path="a.py")
+    after = build_prompt(t, vocab, typed, cold, share_of=window, cold=True)
+    assert after.opening_window == cut.opening_window
+    assert common_prefix_len(after.tokens, cut.tokens) >= len(sections(t, cut)[0]) + len(
+        vocab.tokenize(cut.opening_window)) + len(vocab.tokenize(cut.prefix_window)) - 2
+    # Just below the imports the window holds the last of them: only those above it come
+    # in front, never a second copy. Near the top there is nothing above the window.
+    for at, above in ((len(text) - len(body) + 200, True), (300, False)):
+        p = build_prompt(t, vocab, PromptInput(prefix=text[:at], suffix=text[at:],
+                                               rel_path="a.py"), cold, share_of=window, cold=True)
+        lines = set(p.prefix_window.splitlines())
+        assert bool(p.opening_window) == above
+        assert not lines & set(p.opening_window.splitlines())
+        assert "from .store import save" in lines or not above
+
+
+def test_import_lines_of_several_languages() -> None:
+    """Top-level import statements with their bracketed continuation lines; nothing else."""
+    py = ("import os\nfrom . import (\n    a,\n    b)\nx = 1\n    import inner\n"
+          "use = 3\npackage = 'p'\n")
+    assert import_lines(py) == "import os\nfrom . import (\n    a,\n    b)\n"
+    js = "import {\n  a,\n} from './a';\nconst b = require('./b');\nlet y = 2;\n"
+    assert import_lines(js) == "import {\n  a,\n} from './a';\nconst b = require('./b');\n"
+    c = '#include <stdio.h>\n#include "local.h"\nint main() {}\n'
+    assert import_lines(c) == '#include <stdio.h>\n#include "local.h"\n'
+    rs = "use std::io;\nuse crate::{\n    a,\n};\nfn main() {}\n"
+    assert import_lines(rs) == "use std::io;\nuse crate::{\n    a,\n};\n"
+    go = 'package main\n\nimport (\n\t"fmt"\n)\nfunc main() {}\n'
+    assert import_lines(go) == 'package main\nimport (\n\t"fmt"\n)\n'
+    assert import_lines("def f():\n    return 1") == ""
+    assert import_lines("import os") == "import os\n"
 
 
 @pytest.mark.parametrize("family", ["starcoder2", "codellama", "codestral"])

@@ -355,10 +355,11 @@ class Engine:
     def _cold(self, inp: PromptInput, whole: Prompt, max_tokens: int) -> Prompt | None:
         """The cold prompt for a FIM request the cache barely covers, or None.
 
-        See :meth:`fimls.sizing.PromptSizer.cold_budget`. It is the lines nearest the
-        cursor (no file opening), within the cold window, with the whole window's suffix
-        share. It is used while it evaluates clearly less than the whole prompt: on the
-        first request in a file, and on the keystrokes after it, which find it cached.
+        See :meth:`fimls.sizing.PromptSizer.cold_budget`. It is the file's import lines
+        and the lines nearest the cursor (no file opening), within the cold window, with
+        the whole window's suffix share. It is used while it evaluates clearly less than
+        the whole prompt: on the first request in a file, and on the keystrokes after it,
+        which find it cached.
         """
         new = len(whole.tokens) - common_prefix_len(whole.tokens, self.kv)
         if self.sizer.seconds(new) <= COLD_SECONDS:
@@ -367,7 +368,7 @@ class Engine:
         if cold is None or cold >= whole.window:
             return None
         cut = build_prompt(self.template, self.vocab, inp, cold, share_of=whole.window,
-                           contiguous=True)
+                           cold=True)
         if len(cut.tokens) - common_prefix_len(cut.tokens, self.kv) > new * COLD_SAVING:
             return None
         return cut
