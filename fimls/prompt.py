@@ -16,6 +16,8 @@ In a file longer than its window, a PSM prompt's prefix is the file's opening, a
 comment, then the lines just before the cursor: the opening does not depend on the cursor,
 so it is evaluated once (while the user reads, after didOpen) and serves every cursor in
 the file; a new cursor costs only the small share that depends on it (``LOCAL_SHARE``).
+A cold prompt (nothing cached, no time to read the opening) holds the file's import lines
+instead, then more of the lines before the cursor.
 """
 
 from __future__ import annotations

@@ -119,9 +119,9 @@ class PromptSizer:
         :data:`PROMPT_SECONDS` on a slow CPU: a 1.5B model reads 1,024 tokens in about 8 s
         on 2 cores. Idle prefill hides that when the user reads first; a request that
         arrives before it (the first one right after opening a file, a jump) would pay it
-        all. Such a request gets a window of :data:`COLD_SHARE`, spent on the lines
-        nearest the cursor (a long file's opening is worth its tokens only when idle
-        prefill paid for them). Later requests keep that window while the cache holds it,
+        all. Such a request gets a window of :data:`COLD_SHARE`, spent on the file's
+        import lines and the lines nearest the cursor (a long file's opening is worth its
+        tokens only when idle prefill paid for them). Later requests keep that window while the cache holds it,
         and the idle prefill at the cursor (after a pause in editing) evaluates the whole
         one. A window the user fixed (``promptTokens``) is never cut."""
         if self.fixed:

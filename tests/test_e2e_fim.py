@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from fimls.context import ContextChunk
 from fimls.engine.api import CompletionRequest
 from fimls.engine.core import SUFFIX_FRESH_TOKENS, Engine, EngineConfig
 from fimls.models import CATALOGUE, resolve_model
@@ -400,6 +401,18 @@ def test_a_cold_request_reads_a_smaller_window_until_idle_prefill_grows_it() -> 
         jump = ask(at=text.index("def helper_120"))
         assert jump.window_tokens == 1024, jump
         assert jump.prompt_tokens - jump.reused_tokens <= 1024 * LOCAL_SHARE + 16, jump
+        # Other files' chunks come on top of a cold window: the file's part stays the same.
+        other = "".join(f"def other_{i}(y):\n    return y * {i}\n\n" for i in range(300))
+        chunk = ContextChunk(path="lib.py", text="def scale(v, k):\n    return v * k\n" * 4,
+                             source="definition")
+        plain = CompletionRequest(uri="file:///other.py", version=1, prefix=other[:6000],
+                                  suffix=other[6000:], max_tokens=8)
+        alone = eng.build(plain)
+        both = eng.build(replace(plain, context=[chunk]))
+        assert alone.window == cold and both.context_tokens > 40
+        assert both.window == cold + both.context_tokens, both.window
+        assert (both.prefix_window, both.opening_window, both.suffix_window) == (
+            alone.prefix_window, alone.opening_window, alone.suffix_window)
     finally:
         eng.close()
 

@@ -365,7 +365,12 @@ class Engine:
         if self.sizer.seconds(new) <= COLD_SECONDS:
             return None
         cold = self.sizer.cold_budget(self._prompt_cap(max_tokens))
-        if cold is None or cold >= whole.window:
+        if cold is None:
+            return None
+        # Other files' chunks come on top: the file's own lines never give way to them
+        # (as in the whole window, where they shorten the opening, not the cursor's share).
+        cold += whole.context_tokens
+        if cold >= whole.window:
             return None
         cut = build_prompt(self.template, self.vocab, inp, cold, share_of=whole.window,
                            cold=True)
