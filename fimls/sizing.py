@@ -121,9 +121,10 @@ class PromptSizer:
         arrives before it (the first one right after opening a file, a jump) would pay it
         all. Such a request gets a window of :data:`COLD_SHARE`, spent on the file's
         import lines and the lines nearest the cursor (a long file's opening is worth its
-        tokens only when idle prefill paid for them). Later requests keep that window while the cache holds it,
-        and the idle prefill at the cursor (after a pause in editing) evaluates the whole
-        one. A window the user fixed (``promptTokens``) is never cut."""
+        tokens only when idle prefill paid for them); other files' chunks come on top.
+        Later requests keep that window while the cache holds it, and the idle prefill at
+        the cursor (after a pause in editing) evaluates the whole one. A window the user
+        fixed (``promptTokens``) is never cut."""
         if self.fixed:
             return None
         return max(8, int(self.budget(cap) * COLD_SHARE))
