@@ -57,7 +57,8 @@ class ModelOptions:
     """Most tokens in a prompt (its window of the file). 0: sized by time, from the
     prefill speed measured on this machine, so that a prompt nothing of which is cached
     costs about six seconds (on a GPU: as much as n_ctx allows); on a slow CPU a FIM
-    request with little cached reads three quarters of it. A fixed window is never cut."""
+    request with little cached reads three quarters of it (other files' chunks on top). A
+    fixed window is never cut."""
     threads: int | None = _opt(None, min=1, nullable=True)
     """CPU threads for llama.cpp; None picks the number of cores (at most 8)."""
     n_gpu_layers: int = 0

@@ -406,7 +406,8 @@ def test_a_cold_request_reads_a_smaller_window_until_idle_prefill_grows_it() -> 
         chunk = ContextChunk(path="lib.py", text="def scale(v, k):\n    return v * k\n" * 4,
                              source="definition")
         plain = CompletionRequest(uri="file:///other.py", version=1, prefix=other[:6000],
-                                  suffix=other[6000:], max_tokens=8)
+                                  suffix=other[6000:], max_tokens=8, repo_name="proj",
+                                  rel_path="other.py")
         alone = eng.build(plain)
         both = eng.build(replace(plain, context=[chunk]))
         assert alone.window == cold and both.context_tokens > 40

@@ -357,24 +357,26 @@ class Engine:
 
         See :meth:`fimls.sizing.PromptSizer.cold_budget`. It is the file's import lines
         and the lines nearest the cursor (no file opening), within the cold window, with
-        the whole window's suffix share. It is used while it evaluates clearly less than
-        the whole prompt: on the first request in a file, and on the keystrokes after it,
-        which find it cached.
+        the whole window's suffix share; other files' chunks come on top. It is used
+        while it evaluates clearly less of the file than the whole prompt would: on the
+        first request in a file, and on the keystrokes after it, which find it cached.
         """
         new = len(whole.tokens) - common_prefix_len(whole.tokens, self.kv)
         if self.sizer.seconds(new) <= COLD_SECONDS:
             return None
         cold = self.sizer.cold_budget(self._prompt_cap(max_tokens))
-        if cold is None:
+        # The file's own lines never give way to the chunks (as in the whole window, where
+        # they shorten the opening, not the cursor's share): the cut is of the file only.
+        if cold is None or cold >= whole.window - whole.context_tokens:
             return None
-        # Other files' chunks come on top: the file's own lines never give way to them
-        # (as in the whole window, where they shorten the opening, not the cursor's share).
-        cold += whole.context_tokens
-        if cold >= whole.window:
-            return None
-        cut = build_prompt(self.template, self.vocab, inp, cold, share_of=whole.window,
-                           cold=True)
-        if len(cut.tokens) - common_prefix_len(cut.tokens, self.kv) > new * COLD_SAVING:
+        cut = build_prompt(self.template, self.vocab, inp, cold + whole.context_tokens,
+                           share_of=whole.window, cold=True)
+        # Both prompts start with the same chunks, which cost the same either way: the
+        # saving is judged on the rest.
+        front = common_prefix_len(cut.tokens, whole.tokens)
+        rest = len(whole.tokens) - max(front, len(whole.tokens) - new)
+        cut_rest = len(cut.tokens) - max(front, common_prefix_len(cut.tokens, self.kv))
+        if cut_rest > rest * COLD_SAVING:
             return None
         return cut
 
