@@ -380,14 +380,15 @@ def _opening(vocab: VocabLike, text: str, avail: int, budget: int) -> tuple[str,
     return _fit_suffix(vocab, text, avail - local, guess=5)
 
 
-def import_lines(text: str) -> str:
-    """The import statements of ``text`` (the top of a file), in order, with their
-    continuation lines; empty when it has none."""
+def _import_statements(text: str) -> list[tuple[int, str]]:
+    """The top-level import statements of ``text``, each with its continuation lines, and
+    the offset in ``text`` where each ends."""
+    out: list[tuple[int, str]] = []
     lines = text.splitlines(keepends=True)
-    out: list[str] = []
-    i = 0
+    pos = i = 0
     while i < len(lines):
         if not _IMPORT_LINE.match(lines[i]):
+            pos += len(lines[i])
             i += 1
             continue
         depth, j = 0, i
@@ -396,11 +397,27 @@ def import_lines(text: str) -> str:
             j += 1
             if depth <= 0:
                 break
-        out.extend(lines[i:j])
+        stmt = "".join(lines[i:j])
+        pos += len(stmt)
+        out.append((pos, stmt))
         i = j
-    if out and not out[-1].endswith(("\n", "\r")):
-        out[-1] += "\n"
-    return "".join(out)
+    return out
+
+
+def _joined(statements: list[tuple[int, str]]) -> str:
+    text = "".join(stmt for _end, stmt in statements)
+    return text if not text or text.endswith(("\n", "\r")) else text + "\n"
+
+
+def import_lines(text: str) -> str:
+    """The import statements of ``text`` (the top of a file), in order, with their
+    continuation lines; empty when it has none."""
+    return _joined(_import_statements(text))
+
+
+def _gap(vocab: VocabLike, path: str) -> list[int]:
+    """The comment that stands for the lines left out between two parts of a prefix."""
+    return vocab.tokenize(f"{_comment(path)} ...\n")
 
 
 def _with_imports(vocab: VocabLike, inp: PromptInput, top: str,
@@ -417,21 +434,21 @@ def _with_imports(vocab: VocabLike, inp: PromptInput, top: str,
     define.
     """
     cursor = inp.prefix_offset + len(inp.prefix)
-    found = import_lines(top[:cursor])
-    if not found:
+    statements = _import_statements(top[:cursor])
+    if not statements:
         return None
-    gap = vocab.tokenize(f"{_comment(inp.rel_path)} ...\n")
+    gap = _gap(vocab, inp.rel_path)
     most = int(pre_budget * IMPORT_SHARE)
-    imp_text, imp_toks = _fit_prefix(vocab, found, most, 0)
+    imp_text, imp_toks = _fit_prefix(vocab, _joined(statements), most, 0)
     near_text, near_toks = _fit_prefix(vocab, inp.prefix,
                                        max(16, pre_budget - len(imp_toks) - len(gap)),
                                        inp.prefix_offset)
     start = cursor - len(near_text)
-    above = import_lines(top[:start])
+    above = [st for st in statements if st[0] <= start]
     if not above:
         return None
-    if above != found:
-        imp_text, imp_toks = _fit_prefix(vocab, above, most, 0)
+    if len(above) < len(statements):
+        imp_text, imp_toks = _fit_prefix(vocab, _joined(above), most, 0)
     if not imp_toks:
         return None
     return imp_text, near_text, imp_toks + gap + near_toks
@@ -443,7 +460,7 @@ def _with_opening(vocab: VocabLike, inp: PromptInput, opening: str, avail: int, 
     the cursor's neighbourhood; (opening, neighbourhood, tokens), or None when the two
     would overlap (the file is barely longer than the window)."""
     head_text, open_toks = _opening(vocab, opening, avail, budget)
-    gap = vocab.tokenize(f"{_comment(inp.rel_path)} ...\n")
+    gap = _gap(vocab, inp.rel_path)
     near_text, near_toks = _fit_prefix(vocab, inp.prefix,
                                        max(16, pre_budget - len(open_toks) - len(gap)),
                                        inp.prefix_offset)
@@ -507,18 +524,14 @@ def build_prompt(template: FimTemplate, vocab: VocabLike, inp: PromptInput,
     pre_budget = avail - len(suf_toks)
     opening = inp.prefix if inp.prefix_offset == 0 else inp.opening
     split = None
-    if cold:
-        if template.order == "psm" and opening and (
-                inp.prefix_offset > 0 or len(inp.prefix) > pre_budget * CHARS_PER_TOKEN_GUESS):
-            split = _with_imports(vocab, inp, opening, pre_budget)
-        opening = ""
     # A prefix longer than this cannot be one window (see _fit_prefix): no need to fit it.
     if template.order == "psm" and opening and (
             inp.prefix_offset > 0 or len(inp.prefix) > pre_budget * CHARS_PER_TOKEN_GUESS):
-        split = _with_opening(vocab, inp, opening, avail, shares, pre_budget)
+        split = (_with_imports(vocab, inp, opening, pre_budget) if cold
+                 else _with_opening(vocab, inp, opening, avail, shares, pre_budget))
     if split is None:
         pre_text, pre_toks = _fit_prefix(vocab, inp.prefix, pre_budget, inp.prefix_offset)
-        if (template.order == "psm" and opening and inp.prefix_offset == 0
+        if (template.order == "psm" and opening and not cold and inp.prefix_offset == 0
                 and pre_budget * CHARS_PER_TOKEN_GUESS >= len(inp.prefix) > len(pre_text)):
             split = _with_opening(vocab, inp, opening, avail, shares, pre_budget)
     open_text = ""

@@ -361,8 +361,8 @@ class Engine:
         while it evaluates clearly less of the file than the whole prompt would: on the
         first request in a file, and on the keystrokes after it, which find it cached.
         """
-        new = len(whole.tokens) - common_prefix_len(whole.tokens, self.kv)
-        if self.sizer.seconds(new) <= COLD_SECONDS:
+        cached = common_prefix_len(whole.tokens, self.kv)
+        if self.sizer.seconds(len(whole.tokens) - cached) <= COLD_SECONDS:
             return None
         cold = self.sizer.cold_budget(self._prompt_cap(max_tokens))
         # The file's own lines never give way to the chunks (as in the whole window, where
@@ -374,7 +374,7 @@ class Engine:
         # Both prompts start with the same chunks, which cost the same either way: the
         # saving is judged on the rest.
         front = common_prefix_len(cut.tokens, whole.tokens)
-        rest = len(whole.tokens) - max(front, len(whole.tokens) - new)
+        rest = len(whole.tokens) - max(front, cached)
         cut_rest = len(cut.tokens) - max(front, common_prefix_len(cut.tokens, self.kv))
         if cut_rest > rest * COLD_SAVING:
             return None
