@@ -49,6 +49,7 @@ _ASSIGN = re.compile(
     re.M)
 _IDENT = re.compile(r"[A-Za-z_]\w*")
 _STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'')
+_COMMENT = re.compile(r"(?:#|//).*")
 # Names a file imports: Python's ``from m import a, b`` (parenthesised over lines too) and
 # JavaScript/TypeScript's ``import {a, b} from`` / ``import a from``.
 _IMPORTS = re.compile(
@@ -240,13 +241,26 @@ class ContextStore:
             prefix[-20000:] + suffix[:20000])
         before = prefix.splitlines()[-near[0]:] if near[0] else []
         after = suffix.splitlines()[:near[1] + 1]
-        # Closest to the cursor first: the current line's, then upwards, then below.
+        # Closest to the cursor first: the current line's, then upwards, then below. A name
+        # after a dot (``f.close``) is some object's attribute: a method of that name in
+        # another file is a guess, so it comes after the bare names and what is imported
+        # (``Type::name`` likewise).
         names: list[str] = []
+        attrs: list[str] = []
         for ln in [*reversed(before), *after]:
-            for name in reversed(_IDENT.findall(ln)):
-                if (len(name) >= MIN_NAME and name not in names and name not in _COMMON
-                        and name not in own):
+            # Words in comments and strings name nothing the code uses.
+            ln = _COMMENT.sub("", _STRINGS.sub('""', ln))
+            for m in reversed(list(_IDENT.finditer(ln))):
+                name = m.group()
+                if len(name) < MIN_NAME or name in _COMMON or name in own or name in names:
+                    continue
+                if m.start() and ln[m.start() - 1] in ".:":
+                    if name not in attrs:
+                        attrs.append(name)
+                else:
                     names.append(name)
+                    if name in attrs:
+                        attrs.remove(name)
         others: dict[str, tuple[_Buffer, list[str], dict[str, list[int]]]] = {}
         for u, buf in self._buffers.items():
             if u == uri:
@@ -271,21 +285,31 @@ class ContextStore:
             used += len(chunk.text)
             return True
 
+        def top_level(lines: list[str], at: list[int]) -> list[int]:
+            # A bare or imported name means a module-level definition: a method of that name
+            # is reached through an object (``x.name``), never bare.
+            return [a for a in at if a < len(lines) and lines[a][:1] not in (" ", "\t")]
+
         for name in names:
             for u, (buf, lines, defs) in others.items():
-                for at in defs.get(name, [])[:2]:
-                    if at < len(lines):
-                        take(ContextChunk(path=buf.path, text=definition_chunk(lines, at),
-                                          source="definition", uri=u, line=at))
+                for at in top_level(lines, defs.get(name, []))[:2]:
+                    take(ContextChunk(path=buf.path, text=definition_chunk(lines, at),
+                                      source="definition", uri=u, line=at))
         # What the file imports from the others, the names it has not used yet before the
         # cursor first: what is imported and unused is likely what comes next.
         for name in imported_names(whole, prefix, exclude=set(names)):
             for u, (buf, lines, defs) in others.items():
-                for at in defs.get(name, [])[:1]:
-                    if at < len(lines):
-                        take(ContextChunk(path=buf.path,
-                                          text=definition_chunk(lines, at, IMPORTED_LINES),
-                                          source="imported", uri=u, line=at))
+                for at in top_level(lines, defs.get(name, []))[:1]:
+                    take(ContextChunk(path=buf.path,
+                                      text=definition_chunk(lines, at, IMPORTED_LINES),
+                                      source="imported", uri=u, line=at))
+        for name in attrs:
+            for u, (buf, lines, defs) in others.items():
+                # A method first; a module's function (``pkg.name``) when there is none.
+                at_ = [a for a in defs.get(name, []) if a < len(lines)]
+                for at in sorted(at_, key=lambda a: lines[a][:1] not in (" ", "\t"))[:1]:
+                    take(ContextChunk(path=buf.path, text=definition_chunk(lines, at),
+                                      source="definition", uri=u, line=at))
         for u, (buf, lines, _defs) in others.items():
             if buf.last_line is not None and lines:
                 lo = max(0, min(buf.last_line, len(lines) - 1) - RECENT_LINES // 2)

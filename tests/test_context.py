@@ -203,3 +203,21 @@ def test_imported_names_not_used_yet_come_first() -> None:
     got = store.select("file:///w/app.py", texts["file:///w/app.py"], "\n", 4000)
     assert [(c.source, c.line) for c in got] == [("imported", 10)]
     assert got[0].text.startswith("def round_to(items, tax=0.1):")
+
+
+def test_a_bare_name_means_a_top_level_definition_and_comments_name_nothing() -> None:
+    util = ("def close(stream):\n    pass\n\n"
+            "class Stream:\n    def close(self):\n        pass\n\n"
+            "def flush(stream):\n    \"\"\"Write what is buffered.\"\"\"\n\n"
+            "def _safecall(func):\n    return func\n")
+    texts = {"file:///w/util.py": util, "file:///w/app.py": ""}
+    store = store_with(texts)
+    # ``flush`` only in a comment and a string: not looked up; ``close`` bare: the
+    # function, not the method.
+    got = store.select("file:///w/app.py",
+                       "# flush out\nlabel = 'flush'\nclose(f)\nx = _safecall(", ")\n", 4000)
+    assert [(c.source, c.line) for c in got] == [("definition", 10), ("definition", 0)]
+    # After a dot the name is some object's: a method, and after the bare names.
+    got = store.select("file:///w/app.py", "s.close()\nx = _safecall(", ")\n", 4000)
+    assert [(c.source, c.line) for c in got] == [("definition", 10), ("definition", 4)]
+    assert got[1].text.startswith("    def close(self):")

@@ -71,6 +71,10 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 def scrub(text: str) -> str:
     """Lone surrogates (undecodable bytes some clients send as JSON escapes) become U+FFFD,
     character for character: the tokenizer needs valid UTF-8 and offsets must not move."""
+    if text.isascii():
+        # Every keystroke's request passes its file and the open buffers' heads through
+        # here: the ASCII check is ten times cheaper than the search.
+        return text
     return _SURROGATE.sub("\ufffd", text) if _SURROGATE.search(text) else text
 
 
