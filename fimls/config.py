@@ -119,8 +119,8 @@ class CompletionOptions:
     to the text before the edit."""
     context_tokens: int = _opt(512, min=0)
     """Most tokens of other open buffers at the front of the prompt (definitions of the
-    identifiers near the cursor, recently edited regions, a ring of chunks), at most half
-    the prompt. 0: only the current file."""
+    identifiers near the cursor and of the names the file imports, recently edited regions,
+    a ring of chunks), at most half the prompt. 0: only the current file."""
     min_confidence: float = _opt(0.5, min=0.0, max=1.0)
     """A suggestion whose first line has a token the model gave less than this probability
     is not shown (logged as ``gated``); 0.5 from fimls bench's gate table on real edits.

@@ -9,12 +9,14 @@ keeps, for the open buffers only, what is needed to choose such chunks:
 * a ring of chunks (64 lines around the places the user worked at), in the manner of
   llama.vim's ring buffer: at most 16, a new chunk replaces a very similar old one.
 
-:meth:`ContextStore.select` picks a bounded set for a cursor: the definitions of the
-identifiers near it that live in other buffers first, then the recently edited regions of
-other buffers, then ring chunks. The server decides *when* a set changes (at idle, or for a
-request at a place no set was chosen for), so typing never changes the prompt's front and
-the KV cache keeps it. Closing a buffer removes everything this module holds of it.
-No lsprotocol here: the server feeds plain text and line numbers.
+:meth:`ContextStore.select` picks a bounded set for a cursor: the module-level definitions
+of the identifiers near it (not in comments, strings or import lines) that live in other
+buffers first, then those of the names the file imports (unused ones first), then methods
+named after a dot, then the recently edited regions of other buffers, then ring chunks.
+The server decides *when* a set changes (at idle, or for a request at a place no set was
+chosen for), so typing never changes the prompt's front and the KV cache keeps it.
+Closing a buffer removes everything this module holds of it. No lsprotocol here: the
+server feeds plain text and line numbers.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import keyword
 import logging
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +36,9 @@ RING_SIMILAR = 0.9  # a new chunk this similar to an old one replaces it
 DEF_LINES = 10  # most lines kept of one definition
 CLASS_EXTRA = 6  # more lines for a class: its methods' signatures
 SIGNATURE_LINES = 16  # most lines of one signature
+# A constructor's parameters are what a call of its class needs: jinja2's Environment takes
+# 24, one per line.
+INIT_SIGNATURE_LINES = 40
 MIN_NAME = 3  # shorter names near the cursor are locals (i, e, it), not looked up
 RECENT_LINES = 12  # lines around the last edit or request in another buffer
 NEAR_BEFORE = 24  # lines before the cursor whose identifiers are looked up
@@ -56,6 +61,15 @@ _IMPORTS = re.compile(
     r"^[ \t]*from[ \t]+[\w.]+[ \t]+import[ \t]+(?:\(([^)]*)\)|([^\n]+))"
     r"|^[ \t]*import[ \t]*\{([^}]*)\}[ \t]*from"
     r"|^[ \t]*import[ \t]+(\w+)[ \t]+from", re.M)
+_MODULE_IMPORT = re.compile(
+    r"^[ \t]*import[ \t]+([\w.]+(?:[ \t]+as[ \t]+\w+)?(?:[ \t]*,[ \t]*[\w.]+"
+    r"(?:[ \t]+as[ \t]+\w+)?)*)[ \t]*(?:#.*)?$"
+    r"|^[ \t]*import[ \t]+(\*)[ \t]+as[ \t]+(\w+)", re.M)
+# The first name of the dotted chain that ends where a search stops (``a.b.`` -> ``a``).
+_CHAIN_ROOT = re.compile(r"([A-Za-z_]\w*)(?:\.[A-Za-z_]\w*)*\.$")
+_METHOD = re.compile(r"\s*(?:async\s+)?def\s+(\w+)|\s+(constructor)\s*\(")
+# ``name: type`` in a class body: a dataclass's, NamedTuple's or TypeScript class's field.
+_FIELD = re.compile(r"\s+[A-Za-z_]\w*\s*:\s*[^\s=:]")
 IMPORTED_LINES = 6  # most lines kept of an imported name's definition
 _COMMON = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist) | frozenset(
     dir(builtins)) | {
@@ -114,14 +128,16 @@ def signature_end(lines: list[str], at: int, most: int = SIGNATURE_LINES) -> int
         depth += sum(code.count(c) for c in "([{") - sum(code.count(c) for c in ")]}")
         if depth <= 0 or (code.rstrip().endswith("{") and depth <= 1):
             return i
-    return at
+    # Not closed within ``most`` lines: as many parameters as that, not none of them.
+    return max(at, min(len(lines), at + most) - 1)
 
 
 def definition_chunk(lines: list[str], at: int, max_lines: int = DEF_LINES) -> str:
     """The definition starting at line ``at``: its whole signature (what a call needs),
     then for a function its docstring and first lines, for a class its docstring's first
-    line and its methods' signatures, until the block ends or ``max_lines`` lines (a
-    class: ``max_lines + CLASS_EXTRA``)."""
+    line, its fields (``name: type``, as a dataclass's) and its methods' signatures (the
+    constructor's up to INIT_SIGNATURE_LINES), until the block ends or ``max_lines``
+    lines (a class: ``max_lines + CLASS_EXTRA``)."""
     head = lines[at]
     indent = len(head) - len(head.lstrip())
     is_class = bool(re.match(r"\s*(?:export\s+)?class\b", head))
@@ -129,19 +145,26 @@ def definition_chunk(lines: list[str], at: int, max_lines: int = DEF_LINES) -> s
     out = lines[at:end + 1]
     cap = max(len(out) + 1, max_lines + (CLASS_EXTRA if is_class else 0))
     i = end + 1
+    in_doc = False
     while i < len(lines) and len(out) < cap:
         ln = lines[i]
         body = ln.strip()
         if body and len(ln) - len(ln.lstrip()) <= indent and not body.startswith((")", "]", "}")):
             break  # the block ended
+        was_doc = in_doc
+        in_doc ^= (body.count('"""') + body.count("'''")) % 2 == 1
         if is_class and len(out) > 2:
-            # A class: its methods' whole signatures, not their bodies.
-            if re.match(r"\s*(?:async\s+)?def\s", ln):
-                last = signature_end(lines, i)
+            # A class: its fields and its methods' whole signatures, not their bodies.
+            method = _METHOD.match(ln)
+            if method:
+                name = method.group(1) or method.group(2)
+                last = signature_end(lines, i, INIT_SIGNATURE_LINES
+                                     if name in ("__init__", "constructor") else SIGNATURE_LINES)
                 out.extend(lines[i:last + 1])
                 i = last + 1
                 continue
-            if not re.match(r"\s*@", ln):
+            if not (re.match(r"\s*@", ln) or (not was_doc and not in_doc
+                                              and _FIELD.match(ln))):
                 i += 1
                 continue
         out.append(ln)
@@ -240,6 +263,10 @@ class ContextStore:
         own = self._defs(cur, text) if cur is not None and text is not None else definitions(
             prefix[-20000:] + suffix[:20000])
         before = prefix.splitlines()[-near[0]:] if near[0] else []
+        # Import statements name what the file may use, not what it uses here: their names
+        # come with the imported ones below, unused first.
+        before = _IMPORTS.sub(lambda m: "\n" * m.group().count("\n"),
+                              "\n".join(before)).split("\n") if before else []
         after = suffix.splitlines()[:near[1] + 1]
         # Closest to the cursor first: the current line's, then upwards, then below. A name
         # after a dot (``f.close``) is some object's attribute: a method of that name in
@@ -247,6 +274,7 @@ class ContextStore:
         # (``Type::name`` likewise).
         names: list[str] = []
         attrs: list[str] = []
+        modules = module_aliases(whole)
         for ln in [*reversed(before), *after]:
             # Words in comments and strings name nothing the code uses.
             ln = _COMMENT.sub("", _STRINGS.sub('""', ln))
@@ -254,7 +282,12 @@ class ContextStore:
                 name = m.group()
                 if len(name) < MIN_NAME or name in _COMMON or name in own or name in names:
                     continue
-                if m.start() and ln[m.start() - 1] in ".:":
+                attr = m.start() > 0 and ln[m.start() - 1] in ".:"
+                if attr:
+                    # ``httpx.Client``: a module's name, as good as bare.
+                    root = _CHAIN_ROOT.search(ln, 0, m.start())
+                    attr = root is None or root.group(1) not in modules
+                if attr:
                     if name not in attrs:
                         attrs.append(name)
                 else:
@@ -279,8 +312,16 @@ class ContextStore:
             if any(c.key == chunk.key or c.text == chunk.text
                    or (c.uri == chunk.uri and c.text in chunk.text) for c in chosen):
                 return True
-            if used + len(chunk.text) > char_budget:
-                return False
+            # A long definition (a constructor of 24 parameters) is cut at a line end: its
+            # first lines beat none of it. The first (most useful) chunk may fill the
+            # budget, any later one half of it.
+            room = char_budget - used if not chosen else min(char_budget - used,
+                                                             char_budget // 2)
+            if len(chunk.text) > room:
+                cut = chunk.text.rfind("\n", 0, room)
+                if cut < char_budget // 8:
+                    return False
+                chunk = replace(chunk, text=chunk.text[:cut + 1])
             chosen.append(chunk)
             used += len(chunk.text)
             return True
@@ -338,6 +379,23 @@ def imported_names(text: str, prefix: str, exclude: set[str] | None = None) -> l
         names = [n for n in names if n not in exclude]
     used = set(_IDENT.findall(_IMPORTS.sub("", prefix[-200_000:])))
     return [n for n in names if n not in used] + [n for n in names if n in used]
+
+
+def module_aliases(text: str) -> set[str]:
+    """The names ``text`` binds to whole modules: ``import a.b`` (``a``), ``import a as
+    b`` (``b``), JavaScript's ``import * as b from``."""
+    out: set[str] = set()
+    for m in _MODULE_IMPORT.finditer(text[:200_000]):
+        if m.group(3):
+            out.add(m.group(3))
+            continue
+        for part in m.group(1).split(","):
+            words = part.split()
+            if len(words) == 3 and words[1] == "as":
+                out.add(words[2])
+            elif words:
+                out.add(words[0].split(".")[0])
+    return out
 
 
 def sources_of(chunks: list[ContextChunk]) -> str:

@@ -104,9 +104,14 @@ def test_definitions_of_names_near_the_cursor_come_first() -> None:
     assert got[2].source == "recent"
     assert sources_of(got) == "definition:2,recent:1"
     assert all(c.path == "util.py" for c in got)
-    # A tight budget keeps the first that fit, in order.
+    # A tight budget keeps the first that fit, in order, and cuts the next at a line end
+    # to what is left.
     small = store.select("file:///w/app.py", "x = compute_total(", ")\n", 120)
-    assert [c.line for c in small] == [10]
+    assert [c.line for c in small] == [10, 34]
+    assert small[0].text.endswith("return sum(items) * (1 + tax)\n")
+    assert len(small[1].text) <= 120 - len(small[0].text) and small[1].text.endswith("\n")
+    tiny = store.select("file:///w/app.py", "x = compute_total(", ")\n", 40)
+    assert [c.text for c in tiny] == ["def compute_total(items, tax=0.1):\n"]
     assert store.select("file:///w/app.py", "x = compute_total(", "", 0) == []
 
 
@@ -180,9 +185,10 @@ def test_the_server_keeps_a_set_while_typing_and_forgets_closed_buffers() -> Non
                           end=T.Position(line=101, character=end.character)), text="1")]))
     typed = ls.make_request(doc(app), Pos(101, end.character + 1))
     assert typed.context == first.context  # typing keeps the prompt's front
-    # At the top of the file (60+ lines away): chosen anew, from what is near there.
+    # At the top of the file (60+ lines away): chosen anew, from what is near there (only
+    # the import line: the name is imported, not used there).
     top = ls.make_request(doc(app), Pos(1, 0))
-    assert [c.line for c in top.context if c.source == "definition"] == [10]
+    assert [(c.source, c.line) for c in top.context] == [("imported", 10)]
     ls.on_close(T.DidCloseTextDocumentParams(text_document=T.TextDocumentIdentifier(uri=util)))
     assert ls.make_request(doc(app), Pos(101, end.character + 1)).context == []
     assert ls.context.uris() == [app]
@@ -221,3 +227,47 @@ def test_a_bare_name_means_a_top_level_definition_and_comments_name_nothing() ->
     got = store.select("file:///w/app.py", "s.close()\nx = _safecall(", ")\n", 4000)
     assert [(c.source, c.line) for c in got] == [("definition", 10), ("definition", 4)]
     assert got[1].text.startswith("    def close(self):")
+
+
+def test_a_name_after_an_imported_module_is_as_good_as_bare_and_imports_are_not_uses() -> None:
+    from fimls.context import module_aliases
+
+    assert module_aliases("import os, numpy as np\nimport a.b\nimport * as R from 'r'\n"
+                          "from q import z\n") == {"os", "np", "a", "R"}
+    util = ("class Headers:\n    def items(self):\n        pass\n\n"
+            "def parse(text):\n    return text\n")
+    texts = {"file:///w/util.py": util}
+    store = store_with(texts)
+    store.open("file:///w/app.py", "app.py", lambda: texts.get("file:///w/app.py"))
+
+    def select(prefix: str) -> list[tuple[str, int]]:
+        texts["file:///w/app.py"] = prefix + "\n"
+        store.changed("file:///w/app.py", None)
+        return [(c.source, c.line) for c in store.select("file:///w/app.py", prefix, "\n",
+                                                         4000)]
+
+    # ``util.Headers``: the module's class, as a bare name; ``h.items``'s method after it
+    # though it is nearer the cursor.
+    assert select("import util\nh = util.Headers()\nh.items()\nx = ") == [
+        ("definition", 0), ("definition", 1)]
+    # Not a module: ``h.Headers`` is some object's attribute, looked up after the rest.
+    assert select("h = h.Headers()\nx = parse(") == [("definition", 4), ("definition", 0)]
+    # A name only in an import line near the cursor is an imported name, not a use.
+    assert select("from util import parse, Headers\nh = Headers()\n") == [
+        ("definition", 0), ("imported", 4)]
+
+
+def test_a_class_chunk_shows_its_fields_and_its_whole_constructor() -> None:
+    params = [f"        option_{i}: int = {i}," for i in range(24)]
+    lines = ["class Settings:", '    """Many options.', "", "    name: not a field", '    """',
+             "    kind: str", "    size: int = 3", "    def __init__(", "        self,", *params,
+             "    ) -> None:", "        self.x = 1", "    def other(", *params[:20],
+             "    ):", "        pass"]
+    chunk = definition_chunk(lines, 0, max_lines=6).splitlines()
+    # The docstring's first lines, the fields (not the docstring's ``name: ...``), all 24
+    # parameters and the close: a call of Settings needs them.
+    assert chunk[:7] == ["class Settings:", '    """Many options.', "", "    kind: str",
+                         "    size: int = 3", "    def __init__(", "        self,"]
+    assert chunk[7:31] == params and chunk[31] == "    ) -> None:"
+    # Another method's signature that does not close within 16 lines: its first 16.
+    assert definition_chunk(lines, len(lines) - 23).splitlines()[1:16] == params[:15]
