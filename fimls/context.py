@@ -54,7 +54,8 @@ _ASSIGN = re.compile(
     re.M)
 _IDENT = re.compile(r"[A-Za-z_]\w*")
 _STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'')
-_COMMENT = re.compile(r"(?:#|//).*")
+_HASH_COMMENT = (".py", ".pyi", ".sh", ".bash", ".rb", ".r", ".pl", ".yaml", ".yml", ".toml",
+                 ".jl", ".ex", ".exs", ".nim", ".cmake", ".mk")
 # Names a file imports: Python's ``from m import a, b`` (parenthesised over lines too) and
 # JavaScript/TypeScript's ``import {a, b} from`` / ``import a from``.
 _IMPORTS = re.compile(
@@ -275,9 +276,12 @@ class ContextStore:
         names: list[str] = []
         attrs: list[str] = []
         modules = module_aliases(whole)
+        # (Python's ``//`` divides.)
+        comment = re.compile(re.escape(comment_mark(cur.path if cur is not None else uri))
+                             + ".*")
         for ln in [*reversed(before), *after]:
             # Words in comments and strings name nothing the code uses.
-            ln = _COMMENT.sub("", _STRINGS.sub('""', ln))
+            ln = comment.sub("", _STRINGS.sub('""', ln))
             for m in reversed(list(_IDENT.finditer(ln))):
                 name = m.group()
                 if len(name) < MIN_NAME or name in _COMMON or name in own or name in names:
@@ -347,8 +351,8 @@ class ContextStore:
         for name in attrs:
             for u, (buf, lines, defs) in others.items():
                 # A method first; a module's function (``pkg.name``) when there is none.
-                at_ = [a for a in defs.get(name, []) if a < len(lines)]
-                for at in sorted(at_, key=lambda a: lines[a][:1] not in (" ", "\t"))[:1]:
+                places = [a for a in defs.get(name, []) if a < len(lines)]
+                for at in sorted(places, key=lambda a: lines[a][:1] not in (" ", "\t"))[:1]:
                     take(ContextChunk(path=buf.path, text=definition_chunk(lines, at),
                                       source="definition", uri=u, line=at))
         for u, (buf, lines, _defs) in others.items():
@@ -396,6 +400,13 @@ def module_aliases(text: str) -> set[str]:
             elif words:
                 out.add(words[0].split(".")[0])
     return out
+
+
+def comment_mark(path: str) -> str:
+    """The line-comment mark of ``path``'s language (``#`` when unknown)."""
+    if "." not in path.rsplit("/", 1)[-1]:
+        return "#"
+    return "#" if path.lower().endswith(_HASH_COMMENT) else "//"
 
 
 def sources_of(chunks: list[ContextChunk]) -> str:

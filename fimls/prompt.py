@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
-from fimls.context import ContextChunk, sources_of
+from fimls.context import ContextChunk, comment_mark, sources_of
 
 # Where a window may start moves in steps of this many characters, so a keystroke almost
 # never moves it (the KV cache keeps everything before the cursor).
@@ -294,17 +294,6 @@ def _heal(vocab: VocabLike, toks: list[int]) -> tuple[list[int], bytes]:
     return toks[:-1], vocab.piece(toks[-1])
 
 
-_HASH_COMMENT = (".py", ".pyi", ".sh", ".bash", ".rb", ".r", ".pl", ".yaml", ".yml", ".toml",
-                 ".jl", ".ex", ".exs", ".nim", ".cmake", ".mk")
-
-
-def _comment(path: str) -> str:
-    """The line-comment mark of ``path``'s language (``#`` when unknown)."""
-    if "." not in path.rsplit("/", 1)[-1]:
-        return "#"
-    return "#" if path.lower().endswith(_HASH_COMMENT) else "//"
-
-
 def _context(template: FimTemplate, vocab: VocabLike,
              inp: PromptInput) -> tuple[list[int], list[ContextChunk]]:
     """The other buffers' chunks as tokens, within ``inp.context_tokens``.
@@ -316,7 +305,7 @@ def _context(template: FimTemplate, vocab: VocabLike,
     nearest the cursor's file.
     """
     repo = template.kind == "fim" and template.has_repo_tokens
-    mark = _comment(inp.rel_path or (inp.context[0].path if inp.context else ""))
+    mark = comment_mark(inp.rel_path or (inp.context[0].path if inp.context else ""))
     # Each chunk and each file's header is tokenized once; a file costs its header once.
     heads: dict[str, list[int]] = {}
     chunks: dict[str, list[tuple[int, list[int]]]] = {}
@@ -417,7 +406,7 @@ def import_lines(text: str) -> str:
 
 def _gap(vocab: VocabLike, path: str) -> list[int]:
     """The comment that stands for the lines left out between two parts of a prefix."""
-    return vocab.tokenize(f"{_comment(path)} ...\n")
+    return vocab.tokenize(f"{comment_mark(path)} ...\n")
 
 
 def _with_imports(vocab: VocabLike, inp: PromptInput, top: str,

@@ -271,3 +271,16 @@ def test_a_class_chunk_shows_its_fields_and_its_whole_constructor() -> None:
     assert chunk[7:31] == params and chunk[31] == "    ) -> None:"
     # Another method's signature that does not close within 16 lines: its first 16.
     assert definition_chunk(lines, len(lines) - 23).splitlines()[1:16] == params[:15]
+
+
+def test_comments_by_the_files_language() -> None:
+    util = "def per_item(x):\n    return x\n"
+    texts = {"file:///w/util.py": util, "file:///w/app.py": "", "file:///w/app.js": ""}
+    store = store_with(texts)
+    # In Python ``//`` divides: the call after it is code.
+    got = store.select("file:///w/app.py", "n = total // per_item(y)\nx = ", "\n", 4000)
+    assert [(c.source, c.line) for c in got] == [("definition", 0)]
+    # In JavaScript it starts a comment; ``#`` does not.
+    assert store.select("file:///w/app.js", "n = 1 // per_item(y)\nx = ", "\n", 4000) == []
+    assert len(store.select("file:///w/app.js", "n = a.#b + per_item(y)\nx = ", "\n",
+                            4000)) == 1
