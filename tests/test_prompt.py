@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import pytest
 
@@ -651,6 +652,35 @@ def test_context_as_repository_files(models: Models) -> None:
                     f"{names['sep']}src/app.py\n")
     assert p.context_sources == "definition:2,recent:1"
     assert 0 < p.context_tokens < p.tokens.index(t.pre)
+
+
+def test_a_chunk_is_tokenized_once_while_its_set_stands(models: Models) -> None:
+    """Prompts built while the user types reuse the chunks' tokens, for this vocabulary
+    only, and lay out the same tokens as a fresh tokenization."""
+    vocab = vocab_of(models, "qwen2.5-coder")
+    t = detect_template(vocab)
+    seen: list[str] = []
+
+    class Counting:
+        def __init__(self, inner: Vocab) -> None:
+            self._inner = inner
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._inner, name)
+
+        def tokenize(self, text: str | bytes, **kw: Any) -> list[int]:
+            seen.append(text if isinstance(text, str) else text.decode())
+            return self._inner.tokenize(text, **kw)
+
+    counting = Counting(vocab)
+    inp = PromptInput(prefix="y = ", suffix="\n", repo_name="r", rel_path="src/app.py",
+                      context=(HELPER,), context_tokens=400)
+    first = build_prompt(t, counting, inp, 1024)  # type: ignore[arg-type]
+    again = build_prompt(t, counting, replace(inp, prefix="y = h"), 1024)  # type: ignore[arg-type]
+    assert seen.count(HELPER.text) == 1
+    assert first.tokens[:first.context_tokens] == again.tokens[:again.context_tokens]
+    assert build_prompt(t, vocab, inp, 1024).tokens == first.tokens  # another vocab object
+    assert seen.count(HELPER.text) == 1
 
 
 def test_context_as_plain_header_without_repo_tokens(models: Models) -> None:
