@@ -520,7 +520,9 @@ async def test_definitions_from_another_buffer_reach_the_prompt_and_leave_on_clo
     log = tmp_path / "lat.jsonl"
     util = ('def convert_amount(value, rate):\n    """Value in another currency."""\n'
             "    return value * rate\n")
-    prefix = "from util import convert_amount\n\n\ndef run(v):\n    total = "
+    # The name used near the cursor (not only imported: an import line is no use of it).
+    prefix = ("from util import convert_amount\n\n\ndef run(v):\n"
+              "    fee = convert_amount(1, 2)\n    total = ")
     async with session(args=["--model", QWEN.name, "--latency-log", str(log),
                              "--max-tokens", "8", "--speculative", "off",
                              "--idle-prefill", "false"], workspace=tmp_path) as (c, _):
