@@ -333,7 +333,7 @@ class ContextStore:
         def top_level(lines: list[str], at: list[int]) -> list[int]:
             # A bare or imported name means a module-level definition: a method of that name
             # is reached through an object (``x.name``), never bare.
-            return [a for a in at if a < len(lines) and lines[a][:1] not in (" ", "\t")]
+            return [a for a in at if a < len(lines) and not _indented(lines[a])]
 
         for name in names:
             for u, (buf, lines, defs) in others.items():
@@ -352,7 +352,7 @@ class ContextStore:
             for u, (buf, lines, defs) in others.items():
                 # A method first; a module's function (``pkg.name``) when there is none.
                 places = [a for a in defs.get(name, []) if a < len(lines)]
-                for at in sorted(places, key=lambda a: lines[a][:1] not in (" ", "\t"))[:1]:
+                for at in sorted(places, key=lambda a: not _indented(lines[a]))[:1]:
                     take(ContextChunk(path=buf.path, text=definition_chunk(lines, at),
                                       source="definition", uri=u, line=at))
         for u, (buf, lines, _defs) in others.items():
@@ -383,6 +383,10 @@ def imported_names(text: str, prefix: str, exclude: set[str] | None = None) -> l
         names = [n for n in names if n not in exclude]
     used = set(_IDENT.findall(_IMPORTS.sub("", prefix[-200_000:])))
     return [n for n in names if n not in used] + [n for n in names if n in used]
+
+
+def _indented(line: str) -> bool:
+    return line[:1] in (" ", "\t")
 
 
 def module_aliases(text: str) -> set[str]:
