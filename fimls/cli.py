@@ -417,10 +417,11 @@ def _cross_bench(args: argparse.Namespace, opts: Options, models: list[str | Non
         label = catalogue_name(resolve_model(model)) or str(model)
         serve = [*_strip_flag(flags, "--model"), "--model", str(model)]
         summary[label] = {}
-        for system, extra in (("alone", False), ("other files open", True)):
-            log_path = out / f"cross-{label}-{'open' if extra else 'alone'}.jsonl"
-            rows = peer.run_fimls(serve, tasks, typing=args.typing, latency_log=log_path,
-                                  progress=step, open_extra=extra, in_repo=True)
+        logs = (out / f"cross-{label}-alone.jsonl", out / f"cross-{label}-open.jsonl")
+        both = peer.run_fimls_paired(serve, tasks, typing=args.typing, latency_logs=logs,
+                                     progress=step)
+        for system, rows, log_path in zip(("alone", "other files open"), both, logs,
+                                          strict=True):
             row = peer.summarize_editor(rows)
             # Requests that built a prompt (not those the memo answered).
             recs = [r for r in read_records(log_path)

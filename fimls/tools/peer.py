@@ -77,35 +77,42 @@ def summarize_editor(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "empty": sum(1 for r in rows if not r["completion"]) / max(1, len(rows))}
 
 
-async def _fimls_session(cmd: list[str], tasks: Sequence[Task], typing: int, open_wait: float,
-                         progress: Callable[[str], None] | None,
-                         open_extra: bool = False, in_repo: bool = False,
-                         cursor_hint: bool = False) -> list[dict[str, Any]]:
-    from lsprotocol import types
+class _Editor:
+    """One ``fimls serve`` driven as an editor: per task the document is opened (with the
+    task's other files first when ``open_extra``), a suggestion asked, K characters typed."""
 
-    root = "file:///bench/repo" if open_extra or in_repo else None
-    client = await start_client(cmd, "fimls-bench-editor", root_uri=root)
-    rows = []
-    for ti, task in enumerate(tasks):
+    def __init__(self, client: Any, typing: int, open_wait: float = 0.0,
+                 open_extra: bool = False, in_repo: bool = False,
+                 cursor_hint: bool = False) -> None:
+        self.client = client
+        self.typing, self.open_wait = typing, open_wait
+        self.open_extra, self.cursor_hint = open_extra, cursor_hint
+        self.root = "file:///bench/repo" if open_extra or in_repo else None
+
+    async def task(self, ti: int, task: Task) -> dict[str, Any]:
+        """Run one task; its row (latencies, first suggestion, quality)."""
+        from lsprotocol import types
+
+        client, root = self.client, self.root
         uri = f"file:///bench/editor/{ti}/main.py"
         extra: list[str] = []
         if root:
             uri = f"{root}/{task.path or 'main.py'}"
-        if open_extra:
+        if self.open_extra:
             # The task's other files first, as an editor with several buffers would have.
             for path, body in task.open:
                 extra.append(f"{root}/{path}")
                 open_doc(client, extra[-1], body)
         open_doc(client, uri, task.prefix + task.suffix)
         line, col = utf16_position(task.prefix)
-        if cursor_hint:
+        if self.cursor_hint:
             client.protocol.notify("fimls/cursor", {"textDocument": {"uri": uri},
                                                     "position": {"line": line, "character": col}})
-        if open_wait:
-            await asyncio.sleep(open_wait)
+        if self.open_wait:
+            await asyncio.sleep(self.open_wait)
         lat: list[float] = []
         first = ""
-        for k in range(typing + 1):
+        for k in range(self.typing + 1):
             t0 = time.perf_counter()
             res = await inline(client, uri, line, col)
             lat.append((time.perf_counter() - t0) * 1000.0)
@@ -114,15 +121,38 @@ async def _fimls_session(cmd: list[str], tasks: Sequence[Task], typing: int, ope
             text = items[0].insert_text if items else ""
             if k == 0:
                 first = text if isinstance(text, str) else ""
-            if k == typing or k >= len(task.target):
+            if k == self.typing or k >= len(task.target):
                 break
             ch = task.target[k]
             insert(client, uri, k + 2, line, col, ch)
             line, col = (line + 1, 0) if ch == "\n" else (line, col + utf16_len(ch))
-        rows.append(_row(task, lat, first))
         close_doc(client, uri)
         for u in extra:
             close_doc(client, u)
+        return _row(task, lat, first)
+
+
+def _serve_cmd(serve_args: list[str], latency_log: Path | None) -> list[str]:
+    import sys
+
+    cmd = [sys.executable, "-m", "fimls", "serve", *serve_args, "--log-level", "WARNING"]
+    if latency_log is not None:
+        latency_log.unlink(missing_ok=True)
+        cmd += ["--latency-log", str(latency_log)]
+    return cmd
+
+
+async def _fimls_session(cmd: list[str], tasks: Sequence[Task], typing: int, open_wait: float,
+                         progress: Callable[[str], None] | None,
+                         open_extra: bool = False, in_repo: bool = False,
+                         cursor_hint: bool = False) -> list[dict[str, Any]]:
+    client = await start_client(cmd, "fimls-bench-editor",
+                                root_uri="file:///bench/repo" if open_extra or in_repo
+                                else None)
+    editor = _Editor(client, typing, open_wait, open_extra, in_repo, cursor_hint)
+    rows = []
+    for ti, task in enumerate(tasks):
+        rows.append(await editor.task(ti, task))
         if progress:
             progress("fimls")
     await stop_client(client)
@@ -138,14 +168,41 @@ def run_fimls(serve_args: list[str], tasks: Sequence[Task], *, typing: int,
     (``in_repo``: each document at its path in a workspace; ``open_extra``: also with the
     task's other files open first; ``cursor_hint``: as fimls's plugins, tell the server
     where the cursor rests once the document is open)."""
-    import sys
+    return asyncio.run(_fimls_session(_serve_cmd(serve_args, latency_log), tasks, typing,
+                                      open_wait, progress, open_extra, in_repo, cursor_hint))
 
-    cmd = [sys.executable, "-m", "fimls", "serve", *serve_args, "--log-level", "WARNING"]
-    if latency_log is not None:
-        latency_log.unlink(missing_ok=True)
-        cmd += ["--latency-log", str(latency_log)]
-    return asyncio.run(_fimls_session(cmd, tasks, typing, open_wait, progress, open_extra,
-                                      in_repo, cursor_hint))
+
+async def _paired_session(serve_args: list[str], tasks: Sequence[Task], typing: int,
+                          logs: tuple[Path, Path], progress: Callable[[str], None] | None,
+                          ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    root = "file:///bench/repo"
+    clients = [await start_client(_serve_cmd(serve_args, log), "fimls-bench-editor",
+                                  root_uri=root) for log in logs]
+    editors = [_Editor(clients[0], typing, in_repo=True),
+               _Editor(clients[1], typing, open_extra=True, in_repo=True)]
+    rows: tuple[list[dict[str, Any]], list[dict[str, Any]]] = ([], [])
+    for ti, task in enumerate(tasks):
+        # Alternate which goes first: the machine's load drifts over a run, and a
+        # keystroke's few milliseconds drift with it.
+        for side in ((0, 1) if ti % 2 == 0 else (1, 0)):
+            rows[side].append(await editors[side].task(ti, task))
+            if progress:
+                progress("fimls")
+    for client in clients:
+        await stop_client(client)
+    return rows
+
+
+def run_fimls_paired(serve_args: list[str], tasks: Sequence[Task], *, typing: int,
+                     latency_logs: tuple[Path, Path],
+                     progress: Callable[[str], None] | None = None,
+                     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The same tasks through two ``fimls serve`` at once, as documents in a workspace:
+    one with each task's file alone, one with the task's other files open too. Task by
+    task, in alternating order, so that both sides meet the same machine: their ratio is
+    measured in one run, not in two runs minutes apart. Each server sees the same task
+    sequence it would see on its own. Returns the rows (alone, open)."""
+    return asyncio.run(_paired_session(serve_args, tasks, typing, latency_logs, progress))
 
 
 def _post(url: str, body: dict[str, Any], timeout: float = 600.0) -> dict[str, Any]:
