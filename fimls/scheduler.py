@@ -231,13 +231,15 @@ class Scheduler:
             self._lock.notify_all()
         return True
 
-    def _stop_idle_locked(self) -> None:
-        """Drop the waiting idle job and stop the running one: a request comes first."""
-        if self._idle is not None:
+    def _stop_idle_locked(self, uri: str | None = None) -> None:
+        """Drop the waiting idle job and stop the running one (only those for ``uri`` when
+        given): a request comes first."""
+        if self._idle is not None and uri in (None, self._idle.req.uri):
             self._by_id.pop(self._idle.req.request_id, None)
             self._idle = None
         job = self._running
-        if job is not None and job.idle and job.cancel_reason is None:
+        if (job is not None and job.idle and job.cancel_reason is None
+                and uri in (None, job.req.uri)):
             job.cancel_reason = "preempted"
             if self._engine is not None:
                 try:
@@ -254,12 +256,16 @@ class Scheduler:
             self._cancel_locked(job, reason)
             return True
 
-    def cancel_uri(self, uri: str, reason: str = "superseded") -> None:
-        """Cancel whatever is pending for a document (it changed, or closed)."""
+    def cancel_uri(self, uri: str, reason: str = "superseded", *, idle: bool = False) -> None:
+        """Cancel whatever is pending for a document (it changed, or closed); ``idle``:
+        its idle work too (it closed: nobody will ask for what that evaluates, and the
+        machine's cores are the user's again)."""
         with self._lock:
             job = self._by_uri.get(uri)
             if job is not None:
                 self._cancel_locked(job, reason)
+            if idle:
+                self._stop_idle_locked(uri)
 
     def _cancel_locked(self, job: _Job, reason: str) -> None:
         if job.finished or job.cancel_reason is not None:

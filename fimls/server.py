@@ -362,7 +362,7 @@ class FimlsServer(LanguageServer):
     def on_close(self, params: types.DidCloseTextDocumentParams) -> None:
         """didClose."""
         uri = params.text_document.uri
-        self.scheduler.cancel_uri(uri, "cancelled")
+        self.scheduler.cancel_uri(uri, "cancelled", idle=True)
         self.docs.close(uri)
         # No text of a closed buffer is kept, nor sent again.
         self.context.close(uri)

@@ -339,6 +339,21 @@ def test_a_request_stops_idle_prefill_at_once(sched: Scheduler, log_path: Path) 
     assert outcomes == ["prefill_stopped", "returned"]
 
 
+def test_closing_a_document_stops_its_idle_work_not_others(sched: Scheduler,
+                                                          log_path: Path) -> None:
+    engine = ready(sched, FakeEngine(delay=10.0))
+    job = idle()
+    assert sched.prefill(job)
+    wait_until(lambda: bool(engine.calls))
+    sched.cancel_uri("file:///b.py", "cancelled", idle=True)  # another document's close
+    sched.cancel_uri("file:///a.py", "superseded")  # an edit: the idle work stands
+    assert engine.interrupted == []
+    sched.cancel_uri("file:///a.py", "cancelled", idle=True)
+    assert engine.interrupted == [job.request_id]
+    # It stops at once, long before its 10 s.
+    wait_until(lambda: [r["outcome"] for r in records(log_path)] == ["prefill_stopped"], 2.0)
+
+
 def test_idle_prefill_waits_for_requests_and_yields_to_newer(sched: Scheduler,
                                                              log_path: Path) -> None:
     engine = ready(sched, FakeEngine(delay=0.2))
