@@ -25,6 +25,7 @@ import builtins
 import keyword
 import logging
 import re
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -72,6 +73,11 @@ _METHOD = re.compile(r"\s*(?:async\s+)?def\s+(\w+)|\s+(constructor)\s*\(")
 # ``name: type`` in a class body: a dataclass's, NamedTuple's or TypeScript class's field.
 _FIELD = re.compile(r"\s+[A-Za-z_]\w*\s*:\s*[^\s=:]")
 IMPORTED_LINES = 6  # most lines kept of an imported name's definition
+# How the other buffers call a definition shown: the keywords and argument order a
+# signature does not say (``BadParameter(message, ctx=ctx, param=param)``).
+USAGE_LINES = 2  # call lines per name
+USAGE_NAMES = 4  # names whose calls are shown
+USAGE_CALL_LINES = 6  # most lines of one call
 _COMMON = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist) | frozenset(
     dir(builtins)) | {
     "self", "cls", "this", "true", "false", "null", "nil", "const", "let", "var", "func",
@@ -84,7 +90,7 @@ class ContextChunk:
 
     path: str  # shown to the model: relative to the workspace when possible
     text: str
-    source: str  # "definition", "recent" or "ring"
+    source: str  # "definition", "imported", "usage", "recent" or "ring"
     uri: str = ""
     line: int = 0
 
@@ -335,19 +341,34 @@ class ContextStore:
             # is reached through an object (``x.name``), never bare.
             return [a for a in at if a < len(lines) and not _indented(lines[a])]
 
+        shown: list[str] = []  # names whose definition was taken, in order
         for name in names:
             for u, (buf, lines, defs) in others.items():
                 for at in top_level(lines, defs.get(name, []))[:2]:
-                    take(ContextChunk(path=buf.path, text=definition_chunk(lines, at),
-                                      source="definition", uri=u, line=at))
+                    if take(ContextChunk(path=buf.path, text=definition_chunk(lines, at),
+                                         source="definition", uri=u, line=at)):
+                        shown.append(name)
         # What the file imports from the others, the names it has not used yet before the
         # cursor first: what is imported and unused is likely what comes next.
         for name in imported_names(whole, prefix, exclude=set(names)):
             for u, (buf, lines, defs) in others.items():
                 for at in top_level(lines, defs.get(name, []))[:1]:
-                    take(ContextChunk(path=buf.path,
-                                      text=definition_chunk(lines, at, IMPORTED_LINES),
-                                      source="imported", uri=u, line=at))
+                    if take(ContextChunk(path=buf.path,
+                                         text=definition_chunk(lines, at, IMPORTED_LINES),
+                                         source="imported", uri=u, line=at)):
+                        shown.append(name)
+        for name in list(dict.fromkeys(shown))[:USAGE_NAMES]:
+            for u, (buf, lines, _defs) in others.items():
+                # Calls inside a chunk already chosen (a function's body) are shown.
+                inside = [(c.line, c.line + c.text.count("\n")) for c in chosen if c.uri == u]
+                calls = [(a, b) for a, b in call_lines(lines, name)
+                         if not any(lo <= a < hi for lo, hi in inside)][:USAGE_LINES]
+                if calls:
+                    text = "".join(textwrap.dedent("\n".join(lines[a:b + 1])) + "\n"
+                                   for a, b in calls)
+                    take(ContextChunk(path=buf.path, text=text, source="usage", uri=u,
+                                      line=calls[0][0]))
+                    break
         for name in attrs:
             for u, (buf, lines, defs) in others.items():
                 # A method first; a module's function (``pkg.name``) when there is none.
@@ -383,6 +404,24 @@ def imported_names(text: str, prefix: str, exclude: set[str] | None = None) -> l
         names = [n for n in names if n not in exclude]
     used = set(_IDENT.findall(_IMPORTS.sub("", prefix[-200_000:])))
     return [n for n in names if n not in used] + [n for n in names if n in used]
+
+
+def call_lines(lines: list[str], name: str) -> list[tuple[int, int]]:
+    """The calls of ``name`` in ``lines`` (``name(`` not after a dot; neither its definition
+    nor a comment), each as its first and last line (where its brackets close, at most
+    USAGE_CALL_LINES), each different text once."""
+    call = re.compile(r"(?<![\w.])" + re.escape(name) + r"\(")
+    out: list[tuple[int, int]] = []
+    seen: set[str] = set()
+    for i, ln in enumerate(lines):
+        if name not in ln or not call.search(ln):
+            continue
+        body = ln.strip()
+        if _DEF.match(ln) or body.startswith(("#", "//")) or body in seen:
+            continue
+        seen.add(body)
+        out.append((i, signature_end(lines, i, USAGE_CALL_LINES)))
+    return out
 
 
 def _indented(line: str) -> bool:

@@ -284,3 +284,31 @@ def test_comments_by_the_files_language() -> None:
     assert store.select("file:///w/app.js", "n = 1 // per_item(y)\nx = ", "\n", 4000) == []
     assert len(store.select("file:///w/app.js", "n = a.#b + per_item(y)\nx = ", "\n",
                             4000)) == 1
+
+
+def test_how_the_other_buffers_call_a_definition_shown_comes_after_the_definitions() -> None:
+    errors = ('class BadParameter(Exception):\n    def __init__(self, message, ctx=None,'
+              ' param=None):\n        self.param = param\n\n\n'
+              'def check(value, ctx, param):\n    if not value:\n'
+              '        raise BadParameter(\n            "empty",\n            ctx=ctx,\n'
+              '            param=param,\n        )\n'
+              '    # BadParameter(...) in a comment is no call\n'
+              '        raise BadParameter("empty", ctx=ctx, param=param)\n'
+              '    raise x.BadParameter("a method of that name")\n')
+    prefix = "from errors import BadParameter\n\ndef run(v, ctx, p):\n    raise "
+    texts = {"file:///w/errors.py": errors, "file:///w/app.py": prefix + "\n"}
+    store = store_with(texts)
+    got = store.select("file:///w/app.py", prefix, "\n", 4000)
+    assert [c.source for c in got] == ["imported", "usage"]
+    usage = got[-1]
+    # Each call whole (its brackets closed), dedented; the same call text once; not the
+    # definition, a comment or an attribute's call.
+    assert usage.text == ('raise BadParameter(\n    "empty",\n    ctx=ctx,\n    param=param,\n'
+                          ')\nraise BadParameter("empty", ctx=ctx, param=param)\n')
+    assert usage.line == 7 and usage.path == "errors.py"
+    # A call inside a chunk already chosen (check's body, shown whole) is not repeated.
+    prefix = "x = check(v, ctx, p)\nraise BadParameter("
+    texts["file:///w/app.py"] = prefix + "\n"
+    store.changed("file:///w/app.py", 1)
+    assert [c.source for c in store.select("file:///w/app.py", prefix, "\n", 4000)] == [
+        "definition", "definition"]
