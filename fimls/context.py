@@ -11,8 +11,9 @@ keeps, for the open buffers only, what is needed to choose such chunks:
 
 :meth:`ContextStore.select` picks a bounded set for a cursor: the module-level definitions
 of the identifiers near it (not in comments, strings or import lines) that live in other
-buffers first, then those of the names the file imports (unused ones first), then methods
-named after a dot, then the recently edited regions of other buffers, then ring chunks.
+buffers first, then those of the names the file imports (unused ones first), then how the
+other buffers call the first of those (usage), then methods named after a dot, then the
+recently edited regions of other buffers, then ring chunks.
 The server decides *when* a set changes (at idle, or for a request at a place no set was
 chosen for), so typing never changes the prompt's front and the KV cache keeps it.
 Closing a buffer removes everything this module holds of it. No lsprotocol here: the
