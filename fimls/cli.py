@@ -297,6 +297,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(f"\nwith the other files open ({len(cross_tasks)} tasks of {args.cross_set}: "
               f"the first request, then {args.typing} typed characters, through fimls serve):")
         print(_format_cross(result.cross))
+        print("(memo: typed characters answered from the memo; srv p50: the server's own "
+              "time per typed character, from its log; key eval: tokens the model evaluated "
+              "per typed character that reached it, p50)")
     for label, res in result.suffix.items():
         print(f"\nsuffix reuse, {res['summary']['tasks']} tasks of "
               f"{args.suffix_set or args.editor_set or args.sets.split(',')[0]}: "
@@ -423,12 +426,14 @@ def _cross_bench(args: argparse.Namespace, opts: Options, models: list[str | Non
         for system, rows, log_path in zip(("alone", "other files open"), both, logs,
                                           strict=True):
             row = peer.summarize_editor(rows)
+            log_records = list(read_records(log_path))
             # Requests that built a prompt (not those the memo answered).
-            recs = [r for r in read_records(log_path)
+            recs = [r for r in log_records
                     if r.get("outcome") in ("returned", "empty", "gated")
                     and r.get("prompt_tokens", 0) > 0]
             row["context_tokens_p50"] = percentile(
                 [float(r.get("context_tokens", 0)) for r in recs], 50)
+            row.update(peer.keystroke_costs(rows, log_records))
             row["rows"] = rows
             summary[label][system] = row
     return summary
@@ -437,15 +442,19 @@ def _cross_bench(args: argparse.Namespace, opts: Options, models: list[str | Non
 def _format_cross(table: dict[str, dict[str, dict[str, Any]]]) -> str:
     """Quality and latency with the other files open against alone."""
     head = (f"{'model':<22} {'system':<18} {'line':>6} {'chars':>6} {'first p50':>10} "
-            f"{'key p50':>9} {'key p95':>9} {'context':>8}")
+            f"{'key p50':>9} {'key p95':>9} {'context':>8} {'memo':>5} {'srv p50':>8} "
+            f"{'key eval':>8}")
     lines = [head, "-" * len(head)]
     for model, systems in table.items():
         alone = systems.get("alone")
         for system, s in systems.items():
             lines.append(f"{model:<22} {system:<18} {s['line_exact']:>6.3f} "
                          f"{s['char_prefix_ratio']:>6.3f} {s['first_p50_ms']:>8.0f}ms "
-                         f"{s['typing_p50_ms']:>7.0f}ms {s['typing_p95_ms']:>7.0f}ms "
-                         f"{s['context_tokens_p50']:>8.0f}")
+                         f"{s['typing_p50_ms']:>7.1f}ms {s['typing_p95_ms']:>7.0f}ms "
+                         f"{s['context_tokens_p50']:>8.0f} "
+                         f"{s.get('key_memo_share', float('nan')):>5.2f} "
+                         f"{s.get('key_server_p50_ms', float('nan')):>6.1f}ms "
+                         f"{s.get('key_evaluated_p50', float('nan')):>8.0f}")
             if alone is not None and s is not alone:
                 def ratio(key: str, s: dict[str, Any] = s, a: dict[str, Any] = alone) -> str:
                     return f"{s[key] / a[key]:.2f}x" if a[key] else "-"

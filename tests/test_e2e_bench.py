@@ -37,6 +37,9 @@ def test_cross_bench_runs_alone_and_open_side_by_side(tmp_path: Path) -> None:
     for side in sides.values():
         assert [r["task_id"] for r in side["rows"]] == ["t0", "t1"]
         assert all(len(r["latency_ms"]) == 3 for r in side["rows"])  # asked, then 2 keys
+        # The server's log has one record per request, in order (NaN if it did not match).
+        assert 0.0 <= side["key_memo_share"] <= 1.0
+        assert 0.0 <= side["key_server_p50_ms"] < 60_000
     (label,) = cross
     logs = {s: [json.loads(line) for line in (out / f"cross-{label}-{s}.jsonl").open()]
             for s in ("alone", "open")}

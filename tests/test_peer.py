@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from fimls.tools.harness import Task
-from fimls.tools.peer import _row, format_side_by_side, summarize_editor
+from fimls.tools.peer import _row, format_side_by_side, keystroke_costs, summarize_editor
 
 
 def task(target: str) -> Task:
@@ -51,3 +51,21 @@ def test_the_gate_table_counts_shown_precision_and_recall() -> None:
     assert rows[0.3] == {"shown": 3, "precision": 2 / 3, "recall": 1.0}
     assert rows[0.5] == {"shown": 2, "precision": 0.5, "recall": 0.5}
     assert "edits" in format_gate_table(gate_table(runs))
+
+
+def test_keystroke_costs_come_from_the_servers_log_in_request_order() -> None:
+    rows = [{"latency_ms": [900.0, 2.0, 3.0]}, {"latency_ms": [800.0, 400.0]}]
+    log = [  # as written: an idle job's record among them, not in request order
+        {"ts": 1.0, "outcome": "returned", "stop": "eog", "total_ms": 900, "evaluated_tokens": 700},
+        {"ts": 1.9, "outcome": "prefill_stopped", "total_ms": 30, "evaluated_tokens": 0},
+        {"ts": 2.1, "outcome": "returned", "stop": "memo", "total_ms": 0.1},
+        {"ts": 2.0, "outcome": "returned", "stop": "memo", "total_ms": 0.3},
+        {"ts": 3.0, "outcome": "returned", "stop": "eog", "total_ms": 800, "evaluated_tokens": 600},
+        {"ts": 4.0, "outcome": "returned", "stop": "eog", "total_ms": 400, "evaluated_tokens": 12},
+    ]
+    got = keystroke_costs(rows, log)
+    assert got["key_memo_share"] == 2 / 3
+    assert got["key_server_p50_ms"] == 0.3  # of 0.1, 0.3 and 400: the first requests not counted
+    assert got["key_evaluated_p50"] == 12  # only the typed character the model answered
+    nan = keystroke_costs(rows, log[:-1])  # a record missing: no guess
+    assert all(v != v for v in nan.values())

@@ -77,6 +77,27 @@ def summarize_editor(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "empty": sum(1 for r in rows if not r["completion"]) / max(1, len(rows))}
 
 
+def keystroke_costs(rows: list[dict[str, Any]],
+                    records: list[dict[str, Any]]) -> dict[str, float]:
+    """What the typed characters of ``rows`` cost inside the server, from its latency log
+    (``records``, one per request, in order): the share answered from the memo, the
+    server's own time (p50), and the tokens the model evaluated for those that reached it
+    (p50). A context that were evaluated again per keystroke would show there. NaN when
+    the log does not match the rows."""
+    asked = [r for r in records if not str(r.get("outcome", "")).startswith("prefill")]
+    asked.sort(key=lambda r: float(r.get("ts", 0.0)))
+    ks = [k for r in rows for k in range(len(r["latency_ms"]))]
+    nan = float("nan")
+    if len(asked) != len(ks):
+        return {"key_memo_share": nan, "key_server_p50_ms": nan, "key_evaluated_p50": nan}
+    keys = [r for r, k in zip(asked, ks, strict=True) if k > 0]
+    model = [r for r in keys if r.get("stop") != "memo"]
+    return {"key_memo_share": (len(keys) - len(model)) / len(keys) if keys else nan,
+            "key_server_p50_ms": percentile([float(r.get("total_ms", 0.0)) for r in keys], 50),
+            "key_evaluated_p50": percentile(
+                [float(r.get("evaluated_tokens", 0)) for r in model], 50)}
+
+
 class _Editor:
     """One ``fimls serve`` driven as an editor: per task the document is opened (with the
     task's other files first when ``open_extra``), a suggestion asked, K characters typed."""
