@@ -362,7 +362,7 @@ class ContextStore:
             for u, (buf, lines, _defs) in others.items():
                 # Calls inside a chunk already chosen (a function's body) are shown.
                 inside = [(c.line, c.line + c.text.count("\n")) for c in chosen if c.uri == u]
-                calls = [(a, b) for a, b in call_lines(lines, name)
+                calls = [(a, b) for a, b in call_lines(lines, name, comment_mark(buf.path))
                          if not any(lo <= a < hi for lo, hi in inside)][:USAGE_LINES]
                 if calls:
                     text = "".join(textwrap.dedent("\n".join(lines[a:b + 1])) + "\n"
@@ -407,10 +407,10 @@ def imported_names(text: str, prefix: str, exclude: set[str] | None = None) -> l
     return [n for n in names if n not in used] + [n for n in names if n in used]
 
 
-def call_lines(lines: list[str], name: str) -> list[tuple[int, int]]:
+def call_lines(lines: list[str], name: str, mark: str = "#") -> list[tuple[int, int]]:
     """The calls of ``name`` in ``lines`` (``name(`` not after a dot; neither its definition
-    nor a comment), each as its first and last line (where its brackets close, at most
-    USAGE_CALL_LINES), each different text once."""
+    nor a comment, by the file's comment ``mark``), each as its first and last line (where
+    its brackets close, at most USAGE_CALL_LINES), each different text once."""
     call = re.compile(r"(?<![\w.])" + re.escape(name) + r"\(")
     out: list[tuple[int, int]] = []
     seen: set[str] = set()
@@ -418,7 +418,7 @@ def call_lines(lines: list[str], name: str) -> list[tuple[int, int]]:
         if name not in ln or not call.search(ln):
             continue
         body = ln.strip()
-        if _DEF.match(ln) or body.startswith(("#", "//")) or body in seen:
+        if _DEF.match(ln) or body.startswith(mark) or body in seen:
             continue
         seen.add(body)
         out.append((i, signature_end(lines, i, USAGE_CALL_LINES)))

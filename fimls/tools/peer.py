@@ -48,6 +48,7 @@ from fimls.tools.harness import (
 DEFAULT_PEER_ARGS = "--cache-reuse 256 -b 1024 -ub 1024"
 PEER_PREFIX_LINES, PEER_SUFFIX_LINES = 256, 64
 PEER_PREFIX_CHARS, PEER_SUFFIX_CHARS = 6000, 2000
+BENCH_ROOT = "file:///bench/repo"  # the workspace of documents opened at their paths
 
 
 def _row(task: Task, latencies: list[float], first_text: str) -> dict[str, Any]:
@@ -108,7 +109,7 @@ class _Editor:
         self.client = client
         self.typing, self.open_wait = typing, open_wait
         self.open_extra, self.cursor_hint = open_extra, cursor_hint
-        self.root = "file:///bench/repo" if open_extra or in_repo else None
+        self.root = BENCH_ROOT if open_extra or in_repo else None
 
     async def task(self, ti: int, task: Task) -> dict[str, Any]:
         """Run one task; its row (latencies, first suggestion, quality)."""
@@ -168,8 +169,7 @@ async def _fimls_session(cmd: list[str], tasks: Sequence[Task], typing: int, ope
                          open_extra: bool = False, in_repo: bool = False,
                          cursor_hint: bool = False) -> list[dict[str, Any]]:
     client = await start_client(cmd, "fimls-bench-editor",
-                                root_uri="file:///bench/repo" if open_extra or in_repo
-                                else None)
+                                root_uri=BENCH_ROOT if open_extra or in_repo else None)
     editor = _Editor(client, typing, open_wait, open_extra, in_repo, cursor_hint)
     rows = []
     for ti, task in enumerate(tasks):
@@ -196,9 +196,8 @@ def run_fimls(serve_args: list[str], tasks: Sequence[Task], *, typing: int,
 async def _paired_session(serve_args: list[str], tasks: Sequence[Task], typing: int,
                           logs: tuple[Path, Path], progress: Callable[[str], None] | None,
                           ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    root = "file:///bench/repo"
     clients = [await start_client(_serve_cmd(serve_args, log), "fimls-bench-editor",
-                                  root_uri=root) for log in logs]
+                                  root_uri=BENCH_ROOT) for log in logs]
     editors = [_Editor(clients[0], typing, in_repo=True),
                _Editor(clients[1], typing, open_extra=True, in_repo=True)]
     rows: tuple[list[dict[str, Any]], list[dict[str, Any]]] = ([], [])
