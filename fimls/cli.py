@@ -545,6 +545,7 @@ def _passthrough_flags(args: argparse.Namespace) -> list[str]:
     """The model/context flags given to bench, for the servers it starts."""
     keep = {"model", "nCtx", "nBatch", "threads", "nGpuLayers", "maxTokens", "maxLines",
             "draftModel", "draftMax", "ngramMax", "isolation", "loadTimeoutS", "cancelGraceMs",
+            "workerNice",
             "promptTokens", "maxTimeMs", "idlePrefill", "reuseSuffix", "contextTokens",
             "minConfidence", "engine", "engineProtocol", "engineKey", "engineSlot"}
     out: list[str] = []

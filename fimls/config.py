@@ -74,6 +74,11 @@ class ModelOptions:
     cancel_grace_ms: int = _opt(5000, min=100)
     """Milliseconds a worker process may ignore a cancel before it is deemed hung, killed
     and restarted (process isolation only)."""
+    worker_nice: int = _opt(5, min=0, max=19)
+    """How much lower the worker process's CPU priority is than the server's (a Unix nice
+    increment; process isolation only): while the model computes, the editor and the
+    server's answers to typing get a core first, and the model still has every core nobody
+    else wants. 0: the same priority."""
     engine: str | None = _opt(None, nullable=True)
     """URL of an inference server to run the model instead of this process (llama.cpp's
     llama-server, or an OpenAI-compatible server). None: in-process. Document text is sent

@@ -40,7 +40,8 @@ def test_defaults() -> None:
         "model": None, "nCtx": 4096, "nBatch": 512, "promptTokens": 0, "threads": None,
         "nGpuLayers": 0,
         "fimOrder": "auto", "isolation": "process", "loadTimeoutS": 300,
-        "cancelGraceMs": 5000, "engine": None, "engineProtocol": "auto", "engineKey": None,
+        "cancelGraceMs": 5000, "workerNice": 5, "engine": None, "engineProtocol": "auto",
+        "engineKey": None,
         "engineSlot": "document",
         "maxTokens": 64, "maxLines": 8, "maxTimeMs": 1000,
         "speculative": "auto",
@@ -111,7 +112,8 @@ def test_input_options_not_mutated() -> None:
 PREVIOUS = {"nCtx": 2048, "nBatch": 256, "threads": 3, "maxTokens": 40, "maxLines": 4,
             "model": "/m.gguf", "logLevel": "WARNING", "speculative": "lookup",
             "fimOrder": "psm", "latencyLog": "/l.jsonl", "nGpuLayers": 5,
-            "isolation": "thread", "loadTimeoutS": 60, "cancelGraceMs": 2000, "draftMax": 4,
+            "isolation": "thread", "loadTimeoutS": 60, "cancelGraceMs": 2000, "workerNice": 0,
+            "draftMax": 4,
             "ngramMax": 2, "draftModel": "/d.gguf"}
 
 
@@ -141,6 +143,8 @@ PREVIOUS = {"nCtx": 2048, "nBatch": 256, "threads": 3, "maxTokens": 40, "maxLine
     ("loadTimeoutS", 0),
     ("loadTimeoutS", None),
     ("cancelGraceMs", 99),
+    ("workerNice", 20),
+    ("workerNice", -1),
     ("cancelGraceMs", "soon"),
     ("draftMax", 65),
     ("draftMax", -1),
@@ -210,6 +214,7 @@ def test_describe_lists_every_option() -> None:
     ("threads", 0, "must be >= 1"),
     ("draftMax", 65, "must be between 0 and 64"),
     ("cancelGraceMs", 5, "must be >= 100"),
+    ("workerNice", 20, "must be between 0 and 19"),
     ("isolation", True, "must be a string"),
     ("logLevel", "loud", "must be one of DEBUG, INFO, WARNING, ERROR"),
     ("speculative", "fast", "must be one of auto, off, lookup, model"),

@@ -120,13 +120,44 @@ def test_make_engine_passes_the_worker_options(tmp_path: Path,
 
     monkeypatch.setattr(worker, "ProcessEngine", Fake)
     opts, warnings = apply_dict(Options(), {"model": str(model), "loadTimeoutS": 7,
-                                            "cancelGraceMs": 1500, "logLevel": "debug"})
+                                            "cancelGraceMs": 1500, "workerNice": 2,
+                                            "logLevel": "debug"})
     assert warnings == []
     assert isinstance(make_engine(opts), Fake)
     assert seen["load_timeout_s"] == 7 and seen["cancel_grace_s"] == 1.5
+    assert seen["nice"] == 2
     assert seen["log_level"] == "DEBUG"
     assert seen["cfg"].model_path == model
     assert seen["cfg"].cost_cache == tmp_path / "cache" / "verify-costs.json"
+
+
+def _thread_nice(pid: int) -> dict[int, int]:
+    """Each thread of ``pid`` and its nice value (field 19 of /proc/PID/task/TID/stat)."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/stat", encoding="ascii") as fh:
+            # The command name (field 2) may hold spaces: count from its closing bracket.
+            fields = fh.read().rsplit(")", 1)[1].split()
+        out[int(tid)] = int(fields[16])
+    return out
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="Linux /proc only")
+def test_the_worker_and_every_thread_it_computes_on_run_at_a_lower_priority() -> None:
+    """Linux keeps nice per thread: llama.cpp's compute threads must inherit it too, or the
+    model's spinning threads still take the cores from the server's replies."""
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    eng = ProcessEngine(EngineConfig(model_path=resolve_model(None), threads=2,
+                                     measure_costs=False), nice=3)
+    try:
+        req = CompletionRequest(uri="file:///a.py", version=1, max_tokens=8,
+                                prefix="def fibonacci(n):\n    ", suffix="")
+        assert eng.complete(req, lambda: False).text  # the compute threads exist now
+        nice = _thread_nice(eng.pid)
+    finally:
+        eng.close()
+    assert len(nice) >= 2
+    assert set(nice.values()) == {min(19, own + 3)}
 
 
 def test_worker_death_under_a_request_raises_and_reports(caplog: pytest.LogCaptureFixture,

@@ -72,7 +72,8 @@ def make_engine(options: Options, *, isolation: str | None = None) -> Any:
 
         return ProcessEngine(cfg, log_level=options.logging.log_level,
                              load_timeout_s=m.load_timeout_s,
-                             cancel_grace_s=m.cancel_grace_ms / 1000.0)
+                             cancel_grace_s=m.cancel_grace_ms / 1000.0,
+                             nice=m.worker_nice)
     from fimls.engine.core import Engine
 
     return Engine(cfg)
