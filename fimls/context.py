@@ -68,6 +68,15 @@ _MODULE_IMPORT = re.compile(
     r"^[ \t]*import[ \t]+([\w.]+(?:[ \t]+as[ \t]+\w+)?(?:[ \t]*,[ \t]*[\w.]+"
     r"(?:[ \t]+as[ \t]+\w+)?)*)[ \t]*(?:#.*)?$"
     r"|^[ \t]*import[ \t]+(\*)[ \t]+as[ \t]+(\w+)", re.M)
+# What a function binds for itself: a parameter list's opening, an assignment inside a
+# block (indented; tuple targets too), a loop variable, ``with ... as x`` / ``except ... as x``.
+_FUNC_OPEN = re.compile(r"\b(?:def|function|func|fn)\s+[A-Za-z_]\w*\s*\(")
+_LOCAL_ASSIGN = re.compile(
+    r"^[ \t]+(?:(?:const|let|var)\s+)?(?P<names>[A-Za-z_]\w*(?:[ \t]*,[ \t]*[A-Za-z_]\w*)*)"
+    r"[ \t]*(?::[^=\n]*)?=(?!=)", re.M)
+_LOCAL_BIND = re.compile(
+    r"\bfor[ \t]+\(?(?P<loop>[A-Za-z_]\w*(?:[ \t]*,[ \t]*[A-Za-z_]\w*)*)\)?[ \t]+in\b"
+    r"|\b(?:with|except)\b[^\n]*?\bas[ \t]+(?P<alias>[A-Za-z_]\w*)")
 # The first name of the dotted chain that ends where a search stops (``a.b.`` -> ``a``).
 _CHAIN_ROOT = re.compile(r"([A-Za-z_]\w*)(?:\.[A-Za-z_]\w*)*\.$")
 _METHOD = re.compile(r"\s*(?:async\s+)?def\s+(\w+)|\s+(constructor)\s*\(")
@@ -194,6 +203,7 @@ class _Buffer:
     path: str
     text_of: Callable[[], str | None]
     defs: dict[str, list[int]] | None = None  # None: rebuild on next use
+    local: set[str] | None = None  # its local_names less its imports; None: rebuild
     last_line: int | None = None  # last edit or request
     ring_line: int | None = None  # where its last ring chunk was taken
 
@@ -214,7 +224,7 @@ class ContextStore:
         """The buffer changed (at ``line`` when known)."""
         buf = self._buffers.get(uri)
         if buf is not None:
-            buf.defs = None
+            buf.defs = buf.local = None
             if line is not None:
                 buf.last_line = line
 
@@ -281,8 +291,15 @@ class ContextStore:
         # another file is a guess, so it comes after the bare names and what is imported
         # (``Type::name`` likewise).
         names: list[str] = []
+        bound: list[str] = []  # bare, but bound by the file itself (see local_names)
         attrs: list[str] = []
         modules = module_aliases(whole)
+        # What the file binds for itself, unless it also imports that name.
+        local = cur.local if cur is not None and text is not None else None
+        if local is None:
+            local = local_names(whole) - set(imported_names(whole, ""))
+            if cur is not None and text is not None:
+                cur.local = local
         # (Python's ``//`` divides.)
         comment = re.compile(re.escape(comment_mark(cur.path if cur is not None else uri))
                              + ".*")
@@ -291,7 +308,8 @@ class ContextStore:
             ln = comment.sub("", _STRINGS.sub('""', ln))
             for m in reversed(list(_IDENT.finditer(ln))):
                 name = m.group()
-                if len(name) < MIN_NAME or name in _COMMON or name in own or name in names:
+                if (len(name) < MIN_NAME or name in _COMMON or name in own or name in names
+                        or name in bound):
                     continue
                 attr = m.start() > 0 and ln[m.start() - 1] in ".:"
                 if attr:
@@ -302,9 +320,9 @@ class ContextStore:
                     if name not in attrs:
                         attrs.append(name)
                 else:
-                    names.append(name)
                     if name in attrs:
                         attrs.remove(name)
+                    (bound if name in local else names).append(name)
         others: dict[str, tuple[_Buffer, list[str], dict[str, list[int]]]] = {}
         for u, buf in self._buffers.items():
             if u == uri:
@@ -358,6 +376,17 @@ class ContextStore:
                                          text=definition_chunk(lines, at, IMPORTED_LINES),
                                          source="imported", uri=u, line=at)):
                         shown.append(name)
+        # A parameter or local with another file's name is that name by chance (an ``app``
+        # parameter, a test's ``app = Starlette(...)``), except a pytest fixture: pytest
+        # passes conftest.py's fixtures as parameters of that name. After what the file
+        # surely uses.
+        for name in bound:
+            for u, (buf, lines, defs) in others.items():
+                for at in [a for a in top_level(lines, defs.get(name, []))
+                           if _is_fixture(lines, a)][:1]:
+                    if take(ContextChunk(path=buf.path, text=definition_chunk(lines, at),
+                                         source="definition", uri=u, line=at)):
+                        shown.append(name)
         for name in list(dict.fromkeys(shown))[:USAGE_NAMES]:
             for u, (buf, lines, _defs) in others.items():
                 # Calls inside a chunk already chosen (a function's body) are shown.
@@ -405,6 +434,61 @@ def imported_names(text: str, prefix: str, exclude: set[str] | None = None) -> l
         names = [n for n in names if n not in exclude]
     used = set(_IDENT.findall(_IMPORTS.sub("", prefix[-200_000:])))
     return [n for n in names if n not in used] + [n for n in names if n in used]
+
+
+def _is_fixture(lines: list[str], at: int) -> bool:
+    """Whether the definition at ``at`` is decorated as a pytest fixture."""
+    i = at - 1
+    while i >= 0 and at - i <= 6:
+        line = lines[i].strip()
+        if line.startswith("@") and "fixture" in line:
+            return True
+        # A decorator's own continuation lines, or another decorator above it.
+        if not line or not (line.startswith("@") or _indented(lines[i]) or line[0] in ")]"):
+            return False
+        i -= 1
+    return False
+
+
+def local_names(text: str) -> set[str]:
+    """The names ``text`` binds inside its functions: parameters, assignments in a block,
+    loop variables, ``as`` targets.
+
+    A bare name near the cursor that the file binds itself (and does not import) is one of
+    its locals: a definition of that name in another file (a test's ``app`` fixture for
+    the ``app`` parameter) is a different thing, and showing it misleads the model.
+    """
+    out: set[str] = set()
+    text = text[:200_000]
+    for m in _FUNC_OPEN.finditer(text):
+        depth, start = 1, m.end()
+        i = start
+        while i < len(text) and depth and i - start < 2000:
+            depth += {"(": 1, "[": 1, "{": 1, ")": -1, "]": -1, "}": -1}.get(text[i], 0)
+            i += 1
+        params: list[str] = []
+        part: list[str] = []
+        level = 0
+        for ch in text[start:i - 1]:
+            if ch in "([{":
+                level += 1
+            elif ch in ")]}":
+                level -= 1
+            if ch == "," and level == 0:
+                params.append("".join(part))
+                part = []
+            else:
+                part.append(ch)
+        params.append("".join(part))
+        for p in params:
+            words = _IDENT.findall(p.split(":", 1)[0].split("=", 1)[0])
+            if words:
+                out.add(words[-1] if len(words) > 1 and words[0] in ("const", "mut") else words[0])
+    for m in _LOCAL_ASSIGN.finditer(text):
+        out.update(_IDENT.findall(m.group("names")))
+    for m in _LOCAL_BIND.finditer(text):
+        out.update(_IDENT.findall(m.group("loop") or m.group("alias") or ""))
+    return out
 
 
 def call_lines(lines: list[str], name: str, mark: str = "#") -> list[tuple[int, int]]:

@@ -7,6 +7,7 @@ from fimls.context import (
     ContextStore,
     definition_chunk,
     definitions,
+    local_names,
     sources_of,
 )
 
@@ -312,3 +313,43 @@ def test_how_the_other_buffers_call_a_definition_shown_comes_after_the_definitio
     store.changed("file:///w/app.py", 1)
     assert [c.source for c in store.select("file:///w/app.py", prefix, "\n", 4000)] == [
         "definition", "definition"]
+
+
+def test_local_names_are_parameters_block_assignments_loop_and_as_targets() -> None:
+    text = ('LIMIT = 3\n'
+            'def handle(app, scope: dict[str, int] = {}, *args, **kwargs) -> None:\n'
+            '    conn, peer = open_it(scope)\n'
+            '    for item, key in pairs:\n'
+            '        with lock() as held:\n'
+            '            total: int = 0\n'
+            '    try:\n        pass\n    except OSError as err:\n        pass\n'
+            'function run(el, opts = {}) {\n  const node = el;\n}\n')
+    assert local_names(text) == {"app", "scope", "args", "kwargs", "conn", "peer", "item",
+                                 "key", "held", "total", "err", "el", "opts", "node"}
+
+
+def test_a_parameter_named_like_another_files_definition_is_a_local_unless_a_fixture() -> None:
+    """An ``app`` parameter is not a test module's ``app``; a pytest fixture is passed as
+    a parameter of its name, so conftest.py's fixture is shown (after the imports)."""
+    server = ("from routing import Route\n\nclass Gate:\n    def __init__(self, app):\n"
+              "        self.app = app\n\n    def __call__(self, scope):\n"
+              "        self.app(scope)\n        route = ")
+    texts = {
+        "file:///w/routing.py": "class Route:\n    def __init__(self, path, endpoint):\n"
+                                "        self.path = path\n",
+        "file:///w/test_app.py": "def app():\n    return make()\n",
+        "file:///w/conftest.py": "import pytest\n\n@pytest.fixture(\n    scope='module')\n"
+                                "def client_factory():\n    return make()\n",
+        "file:///w/server.py": server + "\n",
+    }
+    store = store_with(texts)
+    got = store.select("file:///w/server.py", server, "\n", 4000)
+    assert [(c.source, c.path) for c in got] == [("imported", "routing.py")]
+    test = ("from routing import Route\n\ndef test_it(client_factory):\n"
+            "    client = client_factory()\n    r = ")
+    texts["file:///w/test_it.py"] = test + "\n"
+    store.open("file:///w/test_it.py", "test_it.py", lambda: texts["file:///w/test_it.py"])
+    got = store.select("file:///w/test_it.py", test, "\n", 4000)
+    assert [(c.source, c.path) for c in got][:2] == [("imported", "routing.py"),
+                                                     ("definition", "conftest.py")]
+    assert got[1].text.startswith("def client_factory():")
