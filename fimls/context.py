@@ -455,8 +455,11 @@ def local_names(text: str) -> set[str]:
     loop variables, ``as`` targets.
 
     A bare name near the cursor that the file binds itself (and does not import) is one of
-    its locals: a definition of that name in another file (a test's ``app`` fixture for
-    the ``app`` parameter) is a different thing, and showing it misleads the model.
+    its locals: a definition of that name in another file (a test module's
+    ``app = Starlette(...)`` for an ``app`` parameter) is a different thing, and showing
+    it misleads the model. Regular expressions, as the definition index: a parameter list
+    is read to its closing bracket; a generic or a receiver (``fn f<T>(``, Go's
+    ``func (r T) f(``) is not matched, so its parameters are not taken for locals.
     """
     out: set[str] = set()
     text = text[:200_000]
