@@ -464,20 +464,18 @@ def local_names(text: str) -> set[str]:
     out: set[str] = set()
     text = text[:200_000]
     for m in _FUNC_OPEN.finditer(text):
-        depth, start = 1, m.end()
-        i = start
-        while i < len(text) and depth and i - start < 2000:
-            depth += {"(": 1, "[": 1, "{": 1, ")": -1, "]": -1, "}": -1}.get(text[i], 0)
-            i += 1
-        params: list[str] = []
+        # One pass to the closing bracket, split at the commas of the outermost level.
+        depth = 1
         part: list[str] = []
-        level = 0
-        for ch in text[start:i - 1]:
+        params: list[str] = []
+        for ch in text[m.end():m.end() + 2000]:
             if ch in "([{":
-                level += 1
+                depth += 1
             elif ch in ")]}":
-                level -= 1
-            if ch == "," and level == 0:
+                depth -= 1
+                if depth == 0:
+                    break
+            if ch == "," and depth == 1:
                 params.append("".join(part))
                 part = []
             else:
