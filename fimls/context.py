@@ -377,10 +377,10 @@ class ContextStore:
                                          source="imported", uri=u, line=at)):
                         shown.append(name)
         # A parameter or local with another file's name is that name by chance (an ``app``
-        # parameter, a test's ``app = Starlette(...)``), except a pytest fixture: pytest
-        # passes conftest.py's fixtures as parameters of that name. After what the file
-        # surely uses.
-        for name in bound:
+        # parameter, a test's ``app = Starlette(...)``), except a pytest fixture in a test
+        # module: pytest passes conftest.py's fixtures as parameters of that name there, and
+        # nowhere else. After what the file surely uses.
+        for name in bound if is_test_path(cur.path if cur is not None else uri) else []:
             for u, (buf, lines, defs) in others.items():
                 for at in [a for a in top_level(lines, defs.get(name, []))
                            if _is_fixture(lines, a)][:1]:
@@ -434,6 +434,14 @@ def imported_names(text: str, prefix: str, exclude: set[str] | None = None) -> l
         names = [n for n in names if n not in exclude]
     used = set(_IDENT.findall(_IMPORTS.sub("", prefix[-200_000:])))
     return [n for n in names if n not in used] + [n for n in names if n in used]
+
+
+def is_test_path(path: str) -> bool:
+    """Whether pytest collects ``path`` as a test module or conftest (``test_*.py``,
+    ``*_test.py``, ``conftest.py``): only there are parameters filled with fixtures."""
+    base = path.replace("\\", "/").rsplit("/", 1)[-1]
+    return base == "conftest.py" or (base.endswith(".py") and (
+        base.startswith("test_") or base.endswith("_test.py")))
 
 
 def _is_fixture(lines: list[str], at: int) -> bool:

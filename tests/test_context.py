@@ -7,6 +7,7 @@ from fimls.context import (
     ContextStore,
     definition_chunk,
     definitions,
+    is_test_path,
     local_names,
     sources_of,
 )
@@ -353,3 +354,18 @@ def test_a_parameter_named_like_another_files_definition_is_a_local_unless_a_fix
     assert [(c.source, c.path) for c in got][:2] == [("imported", "routing.py"),
                                                      ("definition", "conftest.py")]
     assert got[1].text.startswith("def client_factory():")
+    # Outside a test module no parameter is filled with a fixture: an application's
+    # ``client_factory`` parameter is its own.
+    app = test.replace("def test_it(", "def serve(")
+    texts["file:///w/server2.py"] = app + "\n"
+    store.open("file:///w/server2.py", "pkg/server2.py",
+               lambda: texts["file:///w/server2.py"])
+    got = store.select("file:///w/server2.py", app, "\n", 4000)
+    assert [(c.source, c.path) for c in got] == [("imported", "routing.py")]
+
+
+def test_pytest_collects_test_modules_and_conftest_only() -> None:
+    assert is_test_path("tests/test_app.py") and is_test_path("pkg/app_test.py")
+    assert is_test_path("C:\\w\\tests\\conftest.py") and is_test_path("conftest.py")
+    assert not is_test_path("starlette/testclient.py")
+    assert not is_test_path("tests/helpers.py") and not is_test_path("test_data.json")
