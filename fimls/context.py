@@ -154,7 +154,11 @@ def definition_chunk(lines: list[str], at: int, max_lines: int = DEF_LINES) -> s
     then for a function its docstring and first lines, for a class its docstring's first
     line, its fields (``name: type``, as a dataclass's) and its methods' signatures (the
     constructor's up to INIT_SIGNATURE_LINES), until the block ends or ``max_lines``
-    lines (a class: ``max_lines + CLASS_EXTRA``)."""
+    lines (a class: ``max_lines + CLASS_EXTRA``).
+
+    The chunk reads as code: a class's docstring is closed on its line, a Python method's
+    signature ends in ``...`` (a stub's body), a string cut off is closed. An open
+    docstring made the model read every method after it as the docstring's text."""
     head = lines[at]
     indent = len(head) - len(head.lstrip())
     is_class = bool(re.match(r"\s*(?:export\s+)?class\b", head))
@@ -162,31 +166,67 @@ def definition_chunk(lines: list[str], at: int, max_lines: int = DEF_LINES) -> s
     out = lines[at:end + 1]
     cap = max(len(out) + 1, max_lines + (CLASS_EXTRA if is_class else 0))
     i = end + 1
+    body = -1  # the body's indentation, from its first line
     in_doc = False
     while i < len(lines) and len(out) < cap:
         ln = lines[i]
-        body = ln.strip()
-        if body and len(ln) - len(ln.lstrip()) <= indent and not body.startswith((")", "]", "}")):
+        text = ln.strip()
+        if text and len(ln) - len(ln.lstrip()) <= indent and not text.startswith((")", "]", "}")):
             break  # the block ended
+        if text and body < 0:
+            body = len(ln) - len(ln.lstrip())
+            quote = text[:3] if text[:3] in ('"""', "'''") else ""
+            if is_class and quote:
+                # Its first line of text, closed there.
+                j, words = i, text[3:]
+                while not words.strip(quote + " ") and j + 1 < len(lines):
+                    j += 1
+                    words = lines[j].strip()
+                words = words.split(quote, 1)[0].strip()
+                out.append(" " * body + quote + words + quote)
+                while quote not in (lines[j].strip()[3:] if j == i else lines[j]):
+                    j += 1
+                    if j >= len(lines):
+                        break
+                i = j + 1
+                continue
         was_doc = in_doc
-        in_doc ^= (body.count('"""') + body.count("'''")) % 2 == 1
-        if is_class and len(out) > 2:
-            # A class: its fields and its methods' whole signatures, not their bodies.
-            method = _METHOD.match(ln)
+        in_doc ^= (text.count('"""') + text.count("'''")) % 2 == 1
+        if is_class:
+            # A class: its fields and its methods' whole signatures, not their bodies, nor
+            # what is nested deeper.
+            top = len(ln) - len(ln.lstrip()) == body
+            method = _METHOD.match(ln) if top and not was_doc else None
             if method:
                 name = method.group(1) or method.group(2)
                 last = signature_end(lines, i, INIT_SIGNATURE_LINES
                                      if name in ("__init__", "constructor") else SIGNATURE_LINES)
-                out.extend(lines[i:last + 1])
+                out.extend(lines[i:last])
+                out.append(_stub(lines[last]))
                 i = last + 1
                 continue
-            if not (re.match(r"\s*@", ln) or (not was_doc and not in_doc
-                                              and _FIELD.match(ln))):
+            if not (top and not was_doc and not in_doc
+                    and (text.startswith("@") or _FIELD.match(ln))):
                 i += 1
                 continue
         out.append(ln)
         i += 1
-    return "\n".join(out).rstrip() + "\n"
+    while is_class and len(out) > 1 and out[-1].strip().startswith("@"):
+        out.pop()  # a decorator whose method did not fit
+    chunk = "\n".join(out).rstrip()
+    for quote in ('"""', "'''"):
+        if chunk.count(quote) % 2:
+            chunk += "\n" + " " * max(body, 0) + quote  # cut inside a string: closed
+    return chunk + "\n"
+
+
+def _stub(line: str) -> str:
+    """A Python signature's last line with ``...`` for its body (``def f(x): ...``), so
+    that the next method does not read as its body; other lines as they are."""
+    code, hash_, comment = line.partition("  #")
+    if code.rstrip().endswith(":"):
+        return code.rstrip() + " ..." + hash_ + comment
+    return line
 
 
 def _similarity(a: str, b: str) -> float:

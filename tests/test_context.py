@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+
 from fimls.context import (
     RING_SIZE,
     ContextStore,
@@ -50,9 +52,10 @@ def test_a_function_chunk_is_its_head_and_a_class_chunk_its_signatures() -> None
     assert definition_chunk(lines, 10) == ('def compute_total(items, tax=0.1):\n'
                                            '    """The sum, taxed."""\n'
                                            '    return sum(items) * (1 + tax)\n')
+    # As a stub: each method's body is ``...``, so the next signature does not read as it.
     assert definition_chunk(lines, 2) == ('class Store(Base):\n    """Keeps things."""\n'
-                                          '    def __init__(self, root, *, ttl=60):\n'
-                                          '    def put(self, key, value):\n')
+                                          '    def __init__(self, root, *, ttl=60): ...\n'
+                                          '    def put(self, key, value): ...\n')
 
 
 EDITOR = '''class Editor:
@@ -84,8 +87,8 @@ def test_signatures_over_several_lines_are_kept_whole() -> None:
     """A call needs all the parameters, not the line that opens them."""
     lines = EDITOR.splitlines()
     cls = definition_chunk(lines, 0)
-    assert "        require_save: bool = True,\n    ) -> None:\n" in cls
-    assert "    def edit_files(\n        self, filenames: list[str]\n    ) -> None:\n" in cls
+    assert "        require_save: bool = True,\n    ) -> None: ...\n" in cls
+    assert "    def edit_files(\n        self, filenames: list[str]\n    ) -> None: ...\n" in cls
     assert "self.editor = editor" not in cls and "pass" not in cls
     fn = definition_chunk(lines, lines.index("def wrap_text("), max_lines=2)
     assert fn == ('def wrap_text(\n    text: str,\n    width: int = 78,\n) -> str:\n'
@@ -93,6 +96,56 @@ def test_signatures_over_several_lines_are_kept_whole() -> None:
     js = "function f(a,\n           b) {\n  return a;\n}\nclass K {\n  m() {}\n}".splitlines()
     assert definition_chunk(js, 0) == "function f(a,\n           b) {\n  return a;\n}\n"
     assert definition_chunk(js, 4).startswith("class K {\n")
+
+
+STUBBED = '''class Headers(Mapping[str, str]):
+    """
+    An immutable, case-insensitive multidict.
+    """
+
+    def __setitem__(self, key: str, value: str) -> None:
+        """
+        name: not a field
+        """
+        found_indexes: list[int] = []
+
+        def inner(x):
+            return x
+
+    @property
+    def raw(self) -> list[tuple[bytes, bytes]]:  # the bytes
+        return self._list
+
+    @property
+    def last(self) -> str:
+        return ""
+
+
+def long_doc(a, b):
+    """Line 1.
+
+    Line 3.
+    Line 4.
+    """
+    return a
+'''
+
+
+def test_a_chunk_reads_as_code() -> None:
+    """A class's docstring closed on its line (left open, every method after it read as
+    its text), its methods as stubs, a method's locals and nested functions left out, a
+    decorator without its method dropped, a docstring cut off closed: the chunk parses."""
+    lines = STUBBED.splitlines()
+    cls = definition_chunk(lines, 0, max_lines=0)
+    assert cls == ('class Headers(Mapping[str, str]):\n'
+                   '    """An immutable, case-insensitive multidict."""\n'
+                   '    def __setitem__(self, key: str, value: str) -> None: ...\n'
+                   '    @property\n'
+                   '    def raw(self) -> list[tuple[bytes, bytes]]: ...  # the bytes\n')
+    fn = definition_chunk(lines, lines.index("def long_doc(a, b):"), max_lines=4)
+    assert fn.endswith('    Line 3.\n    """\n')
+    for chunk in (cls, fn):
+        ast.parse(chunk)
 
 
 def test_definitions_of_names_near_the_cursor_come_first() -> None:
@@ -268,9 +321,9 @@ def test_a_class_chunk_shows_its_fields_and_its_whole_constructor() -> None:
     chunk = definition_chunk(lines, 0, max_lines=6).splitlines()
     # The docstring's first lines, the fields (not the docstring's ``name: ...``), all 24
     # parameters and the close: a call of Settings needs them.
-    assert chunk[:7] == ["class Settings:", '    """Many options.', "", "    kind: str",
+    assert chunk[:6] == ["class Settings:", '    """Many options."""', "    kind: str",
                          "    size: int = 3", "    def __init__(", "        self,"]
-    assert chunk[7:31] == params and chunk[31] == "    ) -> None:"
+    assert chunk[6:30] == params and chunk[30] == "    ) -> None: ..."
     # Another method's signature that does not close within 16 lines: its first 16.
     assert definition_chunk(lines, len(lines) - 23).splitlines()[1:16] == params[:15]
 
