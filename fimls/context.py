@@ -177,18 +177,13 @@ def definition_chunk(lines: list[str], at: int, max_lines: int = DEF_LINES) -> s
             body = len(ln) - len(ln.lstrip())
             quote = text[:3] if text[:3] in ('"""', "'''") else ""
             if is_class and quote:
-                # Its first line of text, closed there.
-                j, words = i, text[3:]
-                while not words.strip(quote + " ") and j + 1 < len(lines):
-                    j += 1
-                    words = lines[j].strip()
-                words = words.split(quote, 1)[0].strip()
+                # Its first line of text, closed there; on after its closing quotes.
+                last = i if quote in text[3:] else next(
+                    (k for k in range(i + 1, len(lines)) if quote in lines[k]), len(lines) - 1)
+                words = next((w for w in (ln.replace(quote, "").strip()
+                                          for ln in lines[i:last + 1]) if w), "")
                 out.append(" " * body + quote + words + quote)
-                while quote not in (lines[j].strip()[3:] if j == i else lines[j]):
-                    j += 1
-                    if j >= len(lines):
-                        break
-                i = j + 1
+                i = last + 1
                 continue
         was_doc = in_doc
         in_doc ^= (text.count('"""') + text.count("'''")) % 2 == 1
@@ -341,7 +336,8 @@ class ContextStore:
             if cur is not None and text is not None:
                 cur.local = local
         # (Python's ``//`` divides.)
-        comment = re.compile(re.escape(comment_mark(cur.path if cur is not None else uri))
+        path = cur.path if cur is not None else uri
+        comment = re.compile(re.escape(comment_mark(path))
                              + ".*")
         for ln in [*reversed(before), *after]:
             # Words in comments and strings name nothing the code uses.
@@ -420,7 +416,7 @@ class ContextStore:
         # parameter, a test's ``app = Starlette(...)``), except a pytest fixture in a test
         # module: pytest passes conftest.py's fixtures as parameters of that name there, and
         # nowhere else. After what the file surely uses.
-        for name in bound if is_test_path(cur.path if cur is not None else uri) else []:
+        for name in bound if is_test_path(path) else []:
             for u, (buf, lines, defs) in others.items():
                 for at in [a for a in top_level(lines, defs.get(name, []))
                            if _is_fixture(lines, a)][:1]:
