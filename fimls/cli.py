@@ -295,7 +295,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     print(f"prompt lookup: {us:.0f} us per proposal over 8k tokens of history")
     if result.cross:
         print(f"\nwith the other files open ({len(cross_tasks)} tasks of {args.cross_set}: "
-              f"the first request, then {args.typing} typed characters, through fimls serve):")
+              f"the first request, then {args.cross_typing} typed characters, through fimls "
+              "serve):")
         print(_format_cross(result.cross))
         print("(memo: typed characters answered from the memo; srv p50: the server's own "
               "time per typed character, from its log; key eval: tokens the model evaluated "
@@ -421,7 +422,7 @@ def _cross_bench(args: argparse.Namespace, opts: Options, models: list[str | Non
         serve = [*_strip_flag(flags, "--model"), "--model", str(model)]
         summary[label] = {}
         logs = (out / f"cross-{label}-alone.jsonl", out / f"cross-{label}-open.jsonl")
-        both = peer.run_fimls_paired(serve, tasks, typing=args.typing, latency_logs=logs,
+        both = peer.run_fimls_paired(serve, tasks, typing=args.cross_typing, latency_logs=logs,
                                      progress=step)
         for system, rows, log_path in zip(("alone", "other files open"), both, logs,
                                           strict=True):
@@ -621,8 +622,13 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--cross-set", default="",
                    help="cross-file tasks (fimls tasks cross-file): quality and latency "
                         "through fimls serve alone and with each task's other files open")
-    b.add_argument("--cross-tasks", type=int, default=20,
-                   help="tasks of --cross-set (default 20)")
+    b.add_argument("--cross-tasks", type=int, default=40,
+                   help="tasks of --cross-set (default 40: with fewer, one task more or less "
+                        "right moves the ratio by a tenth)")
+    b.add_argument("--cross-typing", type=int, default=10,
+                   help="characters typed per task of --cross-set (default 10): a typed "
+                        "character's answer takes about 2 ms, spread 1 to 7 ms by the "
+                        "machine, so its p50 needs hundreds of them to be stable")
     b.add_argument("--suffix-tasks", type=int, default=0,
                    help="the quality cost of suffix reuse (FIM models): on N tasks, type "
                         "--suffix-chars characters of the real text and compare each answer "

@@ -29,7 +29,7 @@ def test_cross_bench_runs_alone_and_open_side_by_side(tmp_path: Path) -> None:
     tasks.write_text("".join(json.dumps(_task(i)) + "\n" for i in range(2)))
     out = tmp_path / "bench"
     assert main(["bench", "--sets", "", "--cross-set", str(tasks), "--cross-tasks", "2",
-                 "--typing", "2", "--max-tokens", "8", "--keystroke-tasks", "0",
+                 "--cross-typing", "2", "--max-tokens", "8", "--keystroke-tasks", "0",
                  "--out", str(out)]) == 0
     cross = json.loads((out / "bench.json").read_text())["cross"]
     (sides,) = cross.values()
