@@ -171,17 +171,18 @@ def definition_chunk(lines: list[str], at: int, max_lines: int = DEF_LINES) -> s
     while i < len(lines) and len(out) < cap:
         ln = lines[i]
         text = ln.strip()
-        if text and len(ln) - len(ln.lstrip()) <= indent and not text.startswith((")", "]", "}")):
+        ind = len(ln) - len(ln.lstrip())
+        if text and ind <= indent and not text.startswith((")", "]", "}")):
             break  # the block ended
         if text and body < 0:
-            body = len(ln) - len(ln.lstrip())
+            body = ind
             quote = text[:3] if text[:3] in ('"""', "'''") else ""
             if is_class and quote:
                 # Its first line of text, closed there; on after its closing quotes.
                 last = i if quote in text[3:] else next(
                     (k for k in range(i + 1, len(lines)) if quote in lines[k]), len(lines) - 1)
-                words = next((w for w in (ln.replace(quote, "").strip()
-                                          for ln in lines[i:last + 1]) if w), "")
+                words = next((w for w in (d.replace(quote, "").strip()
+                                          for d in lines[i:last + 1]) if w), "")
                 out.append(" " * body + quote + words + quote)
                 i = last + 1
                 continue
@@ -190,7 +191,7 @@ def definition_chunk(lines: list[str], at: int, max_lines: int = DEF_LINES) -> s
         if is_class:
             # A class: its fields and its methods' whole signatures, not their bodies, nor
             # what is nested deeper.
-            top = len(ln) - len(ln.lstrip()) == body
+            top = ind == body
             method = _METHOD.match(ln) if top and not was_doc else None
             if method:
                 name = method.group(1) or method.group(2)
@@ -337,8 +338,7 @@ class ContextStore:
                 cur.local = local
         # (Python's ``//`` divides.)
         path = cur.path if cur is not None else uri
-        comment = re.compile(re.escape(comment_mark(path))
-                             + ".*")
+        comment = re.compile(re.escape(comment_mark(path)) + ".*")
         for ln in [*reversed(before), *after]:
             # Words in comments and strings name nothing the code uses.
             ln = comment.sub("", _STRINGS.sub('""', ln))
