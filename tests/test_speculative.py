@@ -241,11 +241,11 @@ def test_tail_drafts_after_an_edit_elsewhere(engine: Engine,
     its suggestion (its new text and the old rest agree up to where one of them ends), the
     tail is the draft and every batch of it but the last is kept whole: a tail drafted at
     the wrong position would be refused there. The last one may run past where the new
-    answer stops; a lookup in the prompt may be refused anywhere. Where the edit changed the model's mind (the model's call, which differs
-    between CPUs' kernels and with the batch sizes the policy learned), only the count is
-    reported. The drafter is asked for by name: in ``auto`` the policy prices
-    verification from this machine's timings, and on a loaded machine it may rightly decode
-    plainly."""
+    answer stops; a lookup in the prompt may be refused anywhere. Where the edit changed
+    the model's mind (the model's call, which differs between CPUs' kernels and with the
+    batch sizes the policy learned), only the count is reported. The drafter is asked for
+    by name: in ``auto`` the policy prices verification from this machine's timings, and
+    on a loaded machine it may rightly decode plainly."""
     batches: list[tuple[str, int, int]] = []
     record = engine.policy.record
 
