@@ -212,8 +212,15 @@ class Prompt:
     opening_window: str = ""  # a long file's opening, in front of ``prefix_window``
     heal_tokens: int = 0
     context_tokens: int = 0  # tokens of other buffers' chunks at the front
+    context_start: int = 0  # where those tokens start in ``tokens``
     context_sources: str = ""  # e.g. "definition:2,ring:1"
     window: int = 0  # the token budget it was laid out in
+
+    def without_context(self) -> list[int]:
+        """The same prompt without the other buffers' chunks: the current file as the
+        model reads it alone (same window, header and cursor)."""
+        return (self.tokens[:self.context_start]
+                + self.tokens[self.context_start + self.context_tokens:])
 
 
 def prefix_window(prefix: str, char_budget: int, prefix_offset: int = 0,
@@ -359,21 +366,23 @@ def _tokens_of_chunk(vocab: VocabLike, text: str) -> tuple[int, ...]:
 
 
 def _head(template: FimTemplate, vocab: VocabLike,
-          inp: PromptInput) -> tuple[list[int], list[ContextChunk], int]:
+          inp: PromptInput) -> tuple[list[int], list[ContextChunk], int, int]:
     """BOS, the other buffers' chunks, and for FIM models with repository tokens the
-    repository and file header; with the chunks used and their tokens."""
+    repository and file header; with the chunks used, their tokens and where they start."""
     head: list[int] = [template.bos] if template.bos >= 0 else []
     ctx, chosen = _context(template, vocab, inp) if inp.context else ([], [])
+    at = len(head)
     if template.kind == "continuation" or not template.has_repo_tokens:
         head += ctx
     if template.kind == "continuation":
-        return head, chosen, len(ctx)
+        return head, chosen, len(ctx), at
     if template.has_repo_tokens and (inp.repo_name is not None or ctx):
         head += [template.repo_name, *vocab.tokenize((inp.repo_name or "workspace") + "\n")]
+        at = len(head)
         head += ctx
     if template.file_sep >= 0 and (inp.rel_path or (ctx and template.has_repo_tokens)):
         head += [template.file_sep, *vocab.tokenize((inp.rel_path or "current") + "\n")]
-    return head, chosen, len(ctx)
+    return head, chosen, len(ctx), at
 
 
 def _shares(avail: int, budget: int) -> tuple[int, int]:
@@ -483,27 +492,33 @@ def _with_opening(vocab: VocabLike, inp: PromptInput, opening: str, avail: int, 
 
 
 def opening_prompt(template: FimTemplate, vocab: VocabLike, inp: PromptInput,
-                   budget_tokens: int) -> list[int]:
+                   budget_tokens: int, *, without_context: bool = False) -> list[int]:
     """The first tokens of every prompt for ``inp.prefix``'s document, whatever the cursor.
 
     When a file is opened the cursor is not known yet. A FIM prompt in a file longer than
     its window starts with the header and the file's opening (see :func:`build_prompt`),
     and a cursor within the first window also starts with the file's first lines. These
     tokens, evaluated while the user reads, are the cache the first request reuses.
-    ``inp.prefix`` is the whole text; the suffix is not used.
+    ``inp.prefix`` is the whole text; the suffix is not used. ``without_context``: the
+    same tokens less the other buffers' chunks (what :meth:`Prompt.without_context` of
+    the prompts that follow starts with).
     """
     if inp.context:
         inp = replace(inp, context_tokens=min(inp.context_tokens, budget_tokens // 2))
-    head = _head(template, vocab, inp)[0]
+    head, _, n_ctx, at = _head(template, vocab, inp)
     if template.kind == "continuation":
         room = budget_tokens - len(head)
         toks = vocab.tokenize(inp.prefix[: room * CHARS_PER_TOKEN_GUESS])[:room]
         # The last token may be cut mid-word by the cursor (then healed): leave it out.
-        return head + toks[:-1]
-    if template.order != "psm":
-        return [*head, template.suf]  # SPM: the suffix, which depends on the cursor, comes first
-    avail = max(16, budget_tokens - len(head) - 3)
-    return [*head, template.pre, *_opening(vocab, inp.prefix, avail, budget_tokens)[1]]
+        out = head + toks[:-1]
+    elif template.order != "psm":
+        out = [*head, template.suf]  # SPM: the suffix, which depends on the cursor, comes first
+    else:
+        avail = max(16, budget_tokens - len(head) - 3)
+        out = [*head, template.pre, *_opening(vocab, inp.prefix, avail, budget_tokens)[1]]
+    if without_context:
+        del out[at:at + n_ctx]
+    return out
 
 
 def build_prompt(template: FimTemplate, vocab: VocabLike, inp: PromptInput,
@@ -520,9 +535,9 @@ def build_prompt(template: FimTemplate, vocab: VocabLike, inp: PromptInput,
     if inp.context:
         # The chunks take at most half the window: the file itself matters most.
         inp = replace(inp, context_tokens=min(inp.context_tokens, budget_tokens // 2))
-    head, used, ctx_tokens = _head(template, vocab, inp)
+    head, used, ctx_tokens, ctx_start = _head(template, vocab, inp)
     extra: dict[str, Any] = {"context_tokens": ctx_tokens, "context_sources": sources_of(used),
-                             "window": budget_tokens}
+                             "context_start": ctx_start, "window": budget_tokens}
     if template.kind == "continuation":
         window, toks = _fit_prefix(vocab, inp.prefix, budget_tokens - len(head),
                                    inp.prefix_offset)

@@ -708,3 +708,20 @@ def test_context_within_its_budget_and_half_the_window(models: Models) -> None:
     assert wide.context_tokens <= 256 and len(wide.tokens) <= 512
     none = build_prompt(t, vocab, replace(base, context=()), 1024)
     assert none.context_tokens == 0 and none.context_sources == ""
+
+
+@pytest.mark.parametrize("family", ["qwen2.5-coder", "codellama", "plain"])
+def test_the_prompt_without_its_chunks_is_the_file_alone(models: Models, family: str) -> None:
+    """The second view of a blended request: the same prompt less exactly the chunks'
+    tokens, which is the prompt laid out without them (same window, same file text)."""
+    vocab = vocab_of(models, family)
+    t = detect_template(vocab)
+    inp = PromptInput(prefix="import lib\n\ny = ", suffix="\nprint(y)\n", repo_name="r",
+                      rel_path="src/app.py", context=(HELPER, OTHER), context_tokens=400)
+    with_chunks = build_prompt(t, vocab, inp, 1024)
+    alone = build_prompt(t, vocab, replace(inp, context=()), 1024)
+    assert with_chunks.context_tokens > 0
+    start, n = with_chunks.context_start, with_chunks.context_tokens
+    assert decode(vocab, with_chunks.tokens[start:start + n]).count("lib/util.py") == 1
+    assert with_chunks.without_context() == alone.tokens
+    assert alone.without_context() == alone.tokens

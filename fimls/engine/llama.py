@@ -202,6 +202,7 @@ class DecodeCall:
     logits_at: list[int]
     argmax: list[int]
     top2_gap: list[float]  # best logit minus the runner-up's, per logits position
+    seqs: tuple[int, ...] = ()  # each token's sequence (0: the prompt as built)
 
 
 class LlamaModel:
@@ -246,8 +247,10 @@ class LlamaModel:
         cp.n_threads = nthreads
         cp.n_threads_batch = nthreads
         # Sequence 1 only parks cache entries while new ones are evaluated below them (see
-        # park); one unified cache keeps all n_ctx positions for sequence 0.
-        cp.n_seq_max = 2
+        # park); sequence 2 holds the prompt read without other files' chunks (the second
+        # view of a blended request, see fimls.engine.core). One unified cache: its n_ctx
+        # positions are shared, so sequence 0 may use all of them when 2 holds nothing.
+        cp.n_seq_max = 3
         cp.kv_unified = True
         self._ctx = L.llama_init_from_model(self._model, cp)
         if not self._ctx:
@@ -282,22 +285,34 @@ class LlamaModel:
         finally:
             self._abort_flag = saved
 
-    def decode(self, tokens: Sequence[int], start_pos: int, logits_at: Sequence[int]) -> bool:
-        """Evaluate ``tokens`` at positions ``start_pos...``; logits only at ``logits_at``.
+    def decode(self, tokens: Sequence[int], start_pos: int, logits_at: Sequence[int],
+               seq: int = 0) -> bool:
+        """Evaluate ``tokens`` at positions ``start_pos...`` of sequence ``seq``; logits
+        only at ``logits_at``.
+
+        Returns False when the abort predicate stopped the computation.
+        """
+        return self.decode_at([(tok, start_pos + i, seq) for i, tok in enumerate(tokens)],
+                              logits_at)
+
+    def decode_at(self, items: Sequence[tuple[int, int, int]], logits_at: Sequence[int]) -> bool:
+        """Evaluate ``(token, position, sequence)`` items in one batch; logits only at the
+        batch indices ``logits_at``. One token in each of two sequences costs about one
+        step on a CPU (the weights are read once), not two.
 
         Returns False when the abort predicate stopped the computation.
         """
         b = self._batch
-        n = len(tokens)
+        n = len(items)
         if n > self.n_batch:
             raise ValueError(f"batch of {n} exceeds n_batch {self.n_batch}")
         want = set(logits_at)
         b.n_tokens = n
-        for i, tok in enumerate(tokens):
+        for i, (tok, pos, seq) in enumerate(items):
             b.token[i] = tok
-            b.pos[i] = start_pos + i
+            b.pos[i] = pos
             b.n_seq_id[i] = 1
-            b.seq_id[i][0] = 0
+            b.seq_id[i][0] = seq
             b.logits[i] = 1 if i in want else 0
         rc = L.llama_decode(self._ctx, b)
         if rc == 2:
@@ -308,12 +323,13 @@ class LlamaModel:
             at = [i for i in range(n) if i in want]
             top2 = [np.partition(self.logits(i), -2)[-2:] for i in at]
             self.decode_log.append(DecodeCall(
-                list(tokens), start_pos, at, [int(np.argmax(self.logits(i))) for i in at],
-                [float(t[1] - t[0]) for t in top2]))
+                [it[0] for it in items], items[0][1] if items else 0, at,
+                [int(np.argmax(self.logits(i))) for i in at],
+                [float(t[1] - t[0]) for t in top2], tuple(it[2] for it in items)))
         return True
 
     def prefill(self, tokens: Sequence[int], start_pos: int, *,
-                logits_last: bool = True, chunk: int | None = None) -> int:
+                logits_last: bool = True, chunk: int | None = None, seq: int = 0) -> int:
         """Evaluate ``tokens`` from ``start_pos`` in ``n_batch`` chunks, logits only at the
         last position (when ``logits_last``). The one chunked-prefill path of the engine,
         the draft model and the tests.
@@ -334,8 +350,8 @@ class LlamaModel:
             part = tokens[done:done + nb]
             last = done + len(part) == n
             if not self.decode(part, start_pos + done,
-                               [len(part) - 1] if last and logits_last else []):
-                self.kv_truncate(start_pos + done)
+                               [len(part) - 1] if last and logits_last else [], seq):
+                self.kv_truncate(start_pos + done, seq)
                 break
             done += len(part)
         return done
@@ -349,9 +365,9 @@ class LlamaModel:
         ptr = L.llama_get_logits_ith(self._ctx, i)
         return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
 
-    def kv_truncate(self, n_keep: int) -> None:
-        """Drop every cached position >= n_keep of sequence 0."""
-        L.llama_memory_seq_rm(self._mem, 0, n_keep, -1)
+    def kv_truncate(self, n_keep: int, seq: int = 0) -> None:
+        """Drop every cached position >= n_keep of sequence ``seq``."""
+        L.llama_memory_seq_rm(self._mem, seq, n_keep, -1)
 
     def kv_remove(self, p0: int, p1: int) -> None:
         """Drop the cached positions in [p0, p1) of sequence 0."""
