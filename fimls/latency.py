@@ -47,6 +47,10 @@ class LatencyRecord:
     context_tokens: int = 0  # tokens of other buffers' chunks at the prompt's front
     context_sources: str = ""  # which kinds of chunks, e.g. "definition:2,recent:1"
     window_tokens: int = 0  # the prompt's token budget (less than usual: a cold prompt)
+    # Tokens of the prompt without the chunks (the second view) evaluated for this request;
+    # blended: its first line was chosen by both views (see fimls.engine.core).
+    blend_tokens: int = 0
+    blended: bool = False
     generated_tokens: int = 0
     drafted_tokens: int = 0
     accepted_tokens: int = 0

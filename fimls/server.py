@@ -399,7 +399,7 @@ class FimlsServer(LanguageServer):
                                  min_confidence=c.min_confidence,
                                  neighbors=self._neighbor_texts(doc),
                                  context=self._context_for(doc, pos, prefix, suffix, idle=idle),
-                                 context_tokens=c.context_tokens)
+                                 context_tokens=c.context_tokens, blend=c.blend_context)
 
     def _context_for(self, doc: TextDocument, pos: Pos, prefix: str, suffix: str, *,
                      idle: bool, near: tuple[int, int] = (NEAR_BEFORE, NEAR_AFTER),

@@ -46,7 +46,8 @@ def test_defaults() -> None:
         "maxTokens": 64, "maxLines": 8, "maxTimeMs": 1000,
         "speculative": "auto",
         "draftModel": None, "draftMax": 8, "ngramMax": 3, "idlePrefill": True,
-        "reuseSuffix": True, "contextTokens": 512, "minConfidence": 0.5,
+        "reuseSuffix": True, "contextTokens": 512, "blendContext": True,
+        "minConfidence": 0.5,
         "latencyLog": None, "logLevel": "INFO",
     }
 
@@ -273,8 +274,9 @@ def test_defaults_are_written_once() -> None:
         o.model.n_ctx, o.model.n_batch, o.model.threads, o.model.n_gpu_layers,
         o.model.fim_order, o.completion.draft_max, o.completion.ngram_max)
     req = CompletionRequest(uri="u", version=1, prefix="", suffix="")
-    assert (req.max_tokens, req.max_lines, req.speculative) == (
-        o.completion.max_tokens, o.completion.max_lines, o.completion.speculative)
+    assert (req.max_tokens, req.max_lines, req.speculative, req.blend) == (
+        o.completion.max_tokens, o.completion.max_lines, o.completion.speculative,
+        o.completion.blend_context)
     assert StopPolicy(ctx=None).max_lines == o.completion.max_lines  # type: ignore[arg-type]
 
 
@@ -293,3 +295,19 @@ def test_engine_config_is_derived_from_the_options(tmp_path: Path,
         model_path=main, n_ctx=1024, n_batch=64, threads=2, n_gpu_layers=3, fim_order="spm",
         draft_model=draft, draft_max=5, ngram_max=2, measure_costs=False,
         cost_cache=tmp_path / "cache" / "verify-costs.json")
+
+
+def test_blend_context_reaches_the_request_and_the_bench_servers() -> None:
+    from fimls.cli import _passthrough_flags
+    from fimls.documents import Pos as DPos
+    from fimls.documents import TextDocument
+    from fimls.server import FimlsServer
+
+    opts, warnings = apply_dict(Options(), {"blendContext": False})
+    assert warnings == [] and opts.completion.blend_context is False
+    ls = FimlsServer(opts, lambda *a, **k: None)  # type: ignore[arg-type,return-value]
+    doc = TextDocument(uri="file:///w/a.py", language_id="python", version=1, text="x = ")
+    assert ls.make_request(doc, DPos(0, 4)).blend is False
+    args = build_parser().parse_args(["bench", "--blend-context", "false"])
+    flags = _passthrough_flags(args)
+    assert flags[flags.index("--blend-context") + 1] == "false"

@@ -24,6 +24,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from fimls.context import ContextChunk
@@ -542,3 +543,149 @@ async def test_definitions_from_another_buffer_reach_the_prompt_and_leave_on_clo
     assert typed["reused_tokens"] > typed["context_tokens"]
     # Closed: nothing of it is sent again.
     assert closed["context_tokens"] == 0 and closed["context_sources"] == ""
+
+
+# --- blending: the first line chosen by the prompt with and without the chunks ------------
+
+AREA = ContextChunk(path="lib/shapes.py", source="definition", uri="file:///w/lib/shapes.py",
+                    text='def area(width, height, *, unit="cm", rounding=None):\n'
+                         '    """The area of a rectangle, in square units."""\n')
+AREA_PREFIX = ("from lib.shapes import area\n\n\ndef report(room):\n"
+               "    print(room.name)\n    return ")
+
+
+def _blend_request(**kw: Any) -> CompletionRequest:
+    base = CompletionRequest(uri="file:///w/app.py", version=1, prefix=AREA_PREFIX,
+                             suffix="\n\n\nreport(None)\n", repo_name="w", rel_path="app.py",
+                             max_tokens=16, speculative="off", context=[AREA],
+                             context_tokens=256, blend=True)
+    return replace(base, **kw)
+
+
+@pytest.mark.parametrize("speculative", ["off", "lookup"])
+def test_a_blended_first_line_is_chosen_by_both_views(engine: Engine, speculative: str) -> None:
+    """Each token of the first line is the argmax of the two views' summed log-probabilities
+    as the engine computed them (the prompt with the chunk in sequence 0, without it in
+    the second sequence), and the confidence is the product distribution's. Drafting
+    waits for the second line."""
+    engine.reset()
+    req = _blend_request(speculative=speculative, max_tokens=40)
+    alone = engine.build(replace(req, context=[])).tokens
+    engine.blend_log = []
+    try:
+        res = engine.complete(req, lambda: False)
+        steps = engine.blend_log
+    finally:
+        engine.blend_log = None
+    rec = res.record
+    assert rec.blended and rec.context_tokens > 0 and steps
+    # The second view is the file alone, read once from scratch, then one token a step.
+    assert rec.blend_tokens == len(alone) + len(steps) - 1
+    # The suggestion is made of the blended tokens; the healed text at the cursor is the
+    # user's, forced, and not counted in the confidence.
+    remaining = engine.build(replace(req, version=2)).constraint
+    assert remaining == b" "  # the space after "return"
+    gen = engine.prev_gen[req.uri]
+    assert gen[:len(steps)] == [tok for _, _, tok in steps]
+    probs = []
+    for lp_main, lp_alone, tok in steps:
+        both = lp_main + lp_alone
+        assert tok == int(np.argmax(both))
+        if not remaining:
+            probs.append(float(np.exp(both[tok] - np.logaddexp.reduce(both))))
+        piece = engine.vocab.text_piece(tok)
+        remaining = remaining[len(piece):] if remaining.startswith(piece) else b""
+    assert probs and rec.confidence == pytest.approx(round(min(probs), 4), abs=1e-4)
+    # What both views chose is not what either chose alone (the premise of the test):
+    # somewhere the summed log-probabilities overrule one view's own argmax, or they agree.
+    firsts = [(int(np.argmax(m)), int(np.argmax(a)), t) for m, a, t in steps]
+    assert all(t in (m, a) or m != a for m, a, t in firsts)
+
+
+def test_without_chunks_or_with_blending_off_one_view_decides(engine: Engine) -> None:
+    engine.reset()
+    plain = engine.complete(_blend_request(context=[]), lambda: False)
+    assert not plain.record.blended and plain.record.blend_tokens == 0
+    engine.reset()
+    off = engine.complete(_blend_request(blend=False), lambda: False)
+    assert not off.record.blended and off.record.blend_tokens == 0
+    assert off.record.context_tokens > 0
+
+
+def test_the_second_view_is_priced_and_cached(engine: Engine) -> None:
+    """Read only where it costs no more than the request costs anyway: not when the prompt
+    with the chunks is cached and this machine reads slowly; kept in its sequence, so the
+    next request at the place reads only what changed."""
+    sizer = engine.sizer
+    saved = sizer.rate
+    try:
+        engine.reset()
+        first = engine.complete(_blend_request(blend=False), lambda: False)
+        assert not first.record.blended
+        sizer.rate = 10.0  # tokens/s: the second view alone would cost seconds
+        cached_main = engine.complete(_blend_request(version=2), lambda: False)
+        assert not cached_main.record.blended and cached_main.record.blend_tokens == 0
+        sizer.rate = float("inf")  # a GPU: reading it costs nothing worth counting
+        blended = engine.complete(_blend_request(version=3), lambda: False)
+        n_alone = len(engine.build(_blend_request(context=[])).tokens)
+        assert blended.record.blended and blended.record.blend_tokens >= n_alone
+        again = engine.complete(_blend_request(version=4), lambda: False)
+        assert again.record.blended
+        # Only the last prompt token and the first line's tokens are read again.
+        assert again.record.blend_tokens <= 1 + again.record.generated_tokens
+        assert again.text == blended.text
+    finally:
+        sizer.rate = saved
+        engine.reset()
+
+
+def test_idle_prefill_at_the_cursor_reads_both_views(engine: Engine) -> None:
+    engine.reset()
+    n_alone = len(engine.build(_blend_request(context=[])).tokens)
+    idle = engine.complete(_blend_request(prefill="cursor"), lambda: False)
+    assert idle.record.blend_tokens == n_alone and idle.text == ""
+    res = engine.complete(_blend_request(version=2), lambda: False)
+    assert res.record.blended
+    assert res.record.blend_tokens <= 1 + res.record.generated_tokens
+
+
+def test_both_views_must_fit_the_cache(tmp_path: Path) -> None:
+    """Where the two prompts would not fit n_ctx together, one view decides (and the
+    second view's entries never crowd the first out)."""
+    eng = Engine(EngineConfig(model_path=resolve_model(QWEN.name), n_ctx=512,
+                              prompt_tokens=400, measure_costs=False))
+    try:
+        long_prefix = "".join(f"value_{i} = {i} * 3\n" for i in range(120)) + AREA_PREFIX
+        res = eng.complete(_blend_request(prefix=long_prefix), lambda: False)
+        assert res.record.context_tokens > 0 and not res.record.blended
+        assert res.record.outcome in ("returned", "empty")
+        # A blended request leaves its second view cached; a long prompt after it (no
+        # chunks) needs those positions, and gets them.
+        mid_prefix = "".join(f"value_{i} = {i} * 3\n" for i in range(10)) + AREA_PREFIX
+        eng.reset()  # (both views read from scratch: blended whatever this CPU's speed)
+        res = eng.complete(_blend_request(prefix=mid_prefix), lambda: False)
+        assert res.record.blended and len(eng.alt) > 80
+        res = eng.complete(_blend_request(prefix=long_prefix, context=[], max_tokens=48),
+                           lambda: False)
+        assert res.record.prompt_tokens > 350 and res.record.error is None
+        assert eng.alt == []
+    finally:
+        eng.close()
+
+
+def test_idle_prefill_of_an_opened_file_reads_both_views_openings(engine: Engine) -> None:
+    """After a file is opened, its opening is read with and without the chunks, so the
+    first request in it reads only the part near the cursor, in both views."""
+    engine.reset()
+    body = "".join(f"def helper_{i}(x):\n    return area(x, {i})\n\n\n" for i in range(12))
+    text = "from lib.shapes import area\n\n\n" + body
+    opened = engine.complete(_blend_request(prefix=text, suffix="", prefill="open"),
+                             lambda: False)
+    n_opening = opened.record.blend_tokens
+    assert n_opening > 100 and opened.text == ""
+    res = engine.complete(_blend_request(prefix=text + "def report(room):\n    return "),
+                          lambda: False)
+    assert res.record.blended
+    n_alone = len(engine.build(_blend_request(prefix=text + "def report(room):\n    return ",
+                                              context=[])).tokens)
+    assert res.record.blend_tokens < n_alone - n_opening // 2

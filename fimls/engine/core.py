@@ -69,6 +69,13 @@ IDLE_PREFILL_CHUNK = 128
 # suggestion can save, and cannot be stopped by a newer request. It catches up at idle.
 DRAFT_SYNC_MAX = 64
 MAX_PATH_REMAINDER = 32  # bytes of typed text that may be forced after the cached path
+# The cache sequence that holds the prompt read without other files' chunks (the second
+# view of a blended request; 0 is the prompt as built, 1 parks entries, see LlamaModel).
+BLEND_SEQ = 2
+# Reading the prompt without the chunks as well is worth it where it costs no more than the
+# request costs anyway (a new place: both are read from scratch), or this little (a GPU,
+# or both views cached): see Engine._blend_plan.
+BLEND_FREE_SECONDS = 0.25
 
 
 class Cancelled(Exception):
@@ -97,6 +104,14 @@ class _Decoding:
     sources: dict[str, int] = field(default_factory=dict)  # accepted tokens per source
     line_probs: list[float] = field(default_factory=list)  # greedy tokens of the first line
     line_done: bool = False
+    # Blending (see Engine._blend_greedy): the prompt without the chunks, then the tokens
+    # generated; None when this request decodes from its prompt alone (or the first line
+    # is done). ``scores``: both views' log-probabilities after the last token, summed and
+    # normalised; ``greedy_prob``: the chosen token's probability under them.
+    alt: list[int] | None = None
+    scores: npt.NDArray[np.float64] | None = None
+    greedy_prob: float = 1.0
+    blended: bool = False
 
 
 class Engine:
@@ -117,6 +132,11 @@ class Engine:
         self.model_name = catalogue_name(cfg.model_path) or cfg.model_path.name
         self.kv: list[int] = []
         self.nxt: list[int | None] = []
+        self.alt: list[int] = []  # what cache sequence BLEND_SEQ holds
+        # Tests set a list here to see each blended step: both views' log-probabilities
+        # and the token chosen from them (before any constraint). None costs nothing.
+        self.blend_log: list[tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], int]] \
+            | None = None
         # Probability of the greedy token after each position, where nxt was computed:
         # every place that sets an nxt entry sets this one too (via _greedy_at).
         self.nprob: dict[int, float] = {}
@@ -293,8 +313,10 @@ class Engine:
     def reset(self) -> None:
         """Forget the KV cache (after an error the cache contents are unknown)."""
         self.model.kv_truncate(0)
+        self.model.kv_truncate(0, BLEND_SEQ)
         self.kv = []
         self.nxt = []
+        self.alt = []
         self.nprob.clear()
         self.memo = SuggestionMemo()
 
@@ -592,11 +614,12 @@ class Engine:
         stops this at once (mid-batch, through the abort callback) and loses only the batch
         in flight, and reuses whatever was evaluated before it.
         """
+        alt: list[int] | None = None
         if req.prefill == "cursor":
             st = self._start(req, rec, cancelled)
             if st is None:
                 return
-            tokens, common = st.seq, st.common
+            tokens, common, alt = st.seq, st.common, st.alt
             rec.evaluated_tokens = self._evaluated  # (moving the suffix evaluates the gap)
         else:
             inp = PromptInput(prefix=req.prefix, suffix="", repo_name=req.repo_name,
@@ -605,35 +628,47 @@ class Engine:
             tokens = self._sized(
                 lambda budget: opening_prompt(self.template, self.vocab, inp, budget),
                 lambda t: t, req.max_tokens)
+            room = self.model.n_ctx - 2 * req.max_tokens - 16
+            if len(tokens) + len(self.alt) > room:
+                self._truncate_alt(0)  # (as in _blend_plan)
+            if (req.blend and self.template.kind == "fim" and req.context
+                    and 2 * len(tokens) <= room):
+                # The second view's opening too (see _blend_plan), once the first's is read.
+                alt = opening_prompt(self.template, self.vocab, inp,
+                                     self.prompt_budget(req.max_tokens), without_context=True)
             common = common_prefix_len(tokens, self.kv)
             rec.prompt_tokens = len(tokens)
             rec.reused_tokens = common
             self._evaluated = 0
-        if common >= len(tokens):
-            self._catch_up_draft(req, tokens, cancelled)
-            return
         if req.prefill == "cursor":
             # Also the greedy choice after the prompt: the request then starts decoding.
             t0 = time.perf_counter()
             try:
-                self._evaluate(tokens, common, chunk=IDLE_PREFILL_CHUNK)
+                if common < len(tokens):
+                    self._evaluate(tokens, common, chunk=IDLE_PREFILL_CHUNK)
+                if alt is not None:
+                    # The second view too, so that the request here finds both read.
+                    rec.blend_tokens += self._evaluate_alt(alt, chunk=IDLE_PREFILL_CHUNK)
             finally:
                 rec.evaluated_tokens = self._evaluated
                 rec.prompt_ms = (time.perf_counter() - t0) * 1000.0
             self._catch_up_draft(req, tokens, cancelled)
             return
-        self._truncate(common)
-        t0 = time.perf_counter()
-        done = self.model.prefill(tokens[common:], common, logits_last=False,
-                                  chunk=IDLE_PREFILL_CHUNK)
-        dt = time.perf_counter() - t0
-        self.kv.extend(tokens[common:common + done])
-        self.nxt.extend([None] * done)
-        rec.evaluated_tokens = done
-        rec.prompt_ms = dt * 1000.0
-        if done < len(tokens) - common:
-            raise Cancelled
-        self._observe_prefill(done, dt)
+        if common < len(tokens):
+            self._truncate(common)
+            t0 = time.perf_counter()
+            done = self.model.prefill(tokens[common:], common, logits_last=False,
+                                      chunk=IDLE_PREFILL_CHUNK)
+            dt = time.perf_counter() - t0
+            self.kv.extend(tokens[common:common + done])
+            self.nxt.extend([None] * done)
+            rec.evaluated_tokens = done
+            rec.prompt_ms = dt * 1000.0
+            if done < len(tokens) - common:
+                raise Cancelled
+            self._observe_prefill(done, dt)
+        if alt is not None:
+            rec.blend_tokens += self._evaluate_alt(alt, chunk=IDLE_PREFILL_CHUNK)
         self._catch_up_draft(req, tokens, cancelled)
 
     def _catch_up_draft(self, req: CompletionRequest, tokens: list[int],
@@ -759,7 +794,8 @@ class Engine:
                 # A tiny context (or a huge max_tokens): stop before llama.cpp runs out.
                 rec.stop = "context_full"
                 break
-            greedy = self._next_greedy(st)
+            blending = st.alt is not None
+            greedy = self._blend_greedy(st) if blending else self._next_greedy(st)
             if greedy is None:
                 break
             tok = self._constrain(st, *greedy)
@@ -768,15 +804,22 @@ class Engine:
                 break
             if not st.line_done and tok == greedy[0] and not st.remaining:
                 # Forced (healed) text is the user's, not the model's guess: not counted.
-                st.line_probs.append(self.nprob.get(len(st.seq) - 1, 1.0))
+                st.line_probs.append(st.greedy_prob if blending
+                                     else self.nprob.get(len(st.seq) - 1, 1.0))
             stop = self._emit(st, tok)
+            if st.alt is not None:
+                st.alt.append(tok)
             if not st.line_done:
                 head = st.out.lstrip(b" \t\r\n")
                 st.line_done = b"\n" in head or b"\r" in head
+            if st.line_done:
+                # The rest of a block follows the prompt as built, drafted as usual.
+                st.alt = st.scores = None
             if stop:
                 break
         rec.generated_tokens = len(st.gen)
         rec.evaluated_tokens = self._evaluated
+        rec.blended = st.blended
         if st.line_probs:
             rec.confidence = round(min(st.line_probs), 4)
             rec.confidence_mean = round(sum(st.line_probs) / len(st.line_probs), 4)
@@ -819,7 +862,9 @@ class Engine:
         if req.reuse_suffix and self._can_shift:
             common = self._reuse_suffix(tokens, common, rec, cancelled)
         rec.reused_tokens = min(common, len(tokens))
+        alt = self._blend_plan(req, prompt, tokens, common)
         return _Decoding(
+            alt=alt,
             req=req, rec=rec, cancelled=cancelled, seq=list(tokens), common=common,
             remaining=constraint, ctx=ctx, policy=StopPolicy(ctx=ctx, max_lines=req.max_lines),
             drafting=self._setup_drafters(req, tokens),
@@ -828,6 +873,104 @@ class Engine:
             # afterwards, keeps the shown text identical to the model's token path, so
             # typing it reuses it.
             ban_leading_newline=ctx.mode != "line" and not ctx.line_prefix.strip())
+
+    def _blend_plan(self, req: CompletionRequest, prompt: Prompt, tokens: list[int],
+                    common: int) -> list[int] | None:
+        """The prompt without the chunks when this request's first line is to be blended
+        (see :meth:`_blend_greedy`), else None.
+
+        Other files' chunks bring signatures the file lacks, and also invite the model to
+        use them where the file already shows what comes (a parameter the call never
+        passes). Both readings of the prompt vote on each token of the first line, so a
+        choice stands where the two agree or one is sure. The second reading is priced
+        like a draft: it is read only where it costs at most what the request costs
+        anyway (a new place: both prompts are read from scratch; on a GPU, little), and
+        where both fit the cache together.
+        """
+        room = self.model.n_ctx - 2 * req.max_tokens - 16
+        if len(tokens) + len(self.alt) > room:
+            self._truncate_alt(0)  # its entries would crowd this prompt out of the cache
+        if (not req.blend or self.template.kind != "fim" or prompt.context_tokens <= 0
+                or tokens != prompt.tokens):
+            return None
+        alt = prompt.without_context()
+        if len(tokens) + len(alt) > room:
+            return None
+        cached = min(common_prefix_len(alt, self.alt), len(alt) - 1)
+        extra = self.sizer.seconds(len(alt) - cached)
+        if extra > max(self.sizer.seconds(len(tokens) - common), BLEND_FREE_SECONDS):
+            return None
+        return alt
+
+    def _truncate_alt(self, n: int) -> None:
+        """Make sequence BLEND_SEQ (and our record of it) hold only its first ``n``."""
+        if n < len(self.alt):
+            self.model.kv_truncate(n, BLEND_SEQ)
+            del self.alt[n:]
+
+    def _evaluate_alt(self, seq: list[int], chunk: int | None = None) -> int:
+        """Make sequence BLEND_SEQ hold exactly ``seq``, with logits at its last position;
+        returns how many tokens that evaluated."""
+        n = len(seq)
+        start = min(common_prefix_len(seq, self.alt), n - 1)
+        self._truncate_alt(start)
+        t0 = time.perf_counter()
+        done = self.model.prefill(seq[start:], start, chunk=chunk, seq=BLEND_SEQ)
+        self.alt.extend(seq[start:start + done])
+        if done < n - start:
+            raise Cancelled
+        if done > 1:
+            self._observe_prefill(done, time.perf_counter() - t0)
+        return done
+
+    def _blend_greedy(self, st: _Decoding) -> tuple[int, bool]:
+        """The next token by both views: the model's log-probabilities after the prompt
+        as built (sequence 0) and after the prompt without the chunks (sequence
+        BLEND_SEQ), summed: a product of the two distributions, normalised.
+
+        The first step reads both prompts (each from what its sequence holds); each later
+        one evaluates the last token in both sequences in one batch (about one step's
+        cost on a CPU). No drafting meanwhile: only the first line is blended.
+        """
+        assert st.alt is not None
+        rec = st.rec
+        n, m = len(st.seq), len(st.alt)
+        t0 = time.monotonic()
+        if not st.prompt_done:
+            self._evaluate(st.seq, st.common)
+            main = np.array(self.model.logits(-1), dtype=np.float64)
+            rec.blend_tokens += self._evaluate_alt(st.alt)
+            other = np.asarray(self.model.logits(-1), dtype=np.float64)
+            rec.prompt_ms = (time.monotonic() - t0) * 1000.0
+        else:
+            # The cache holds every token but the last in both sequences (see _run).
+            if st.cancelled():
+                raise Cancelled
+            self._truncate(n - 1)
+            self._truncate_alt(m - 1)
+            if not self.model.decode_at([(st.seq[-1], n - 1, 0),
+                                         (st.alt[-1], m - 1, BLEND_SEQ)], [0, 1]):
+                self.model.kv_truncate(n - 1)
+                self.model.kv_truncate(m - 1, BLEND_SEQ)
+                raise Cancelled
+            self.kv.append(st.seq[-1])
+            self.nxt.append(None)
+            self.alt.append(st.alt[-1])
+            self._evaluated += 1
+            rec.blend_tokens += 1
+            self.nxt[n - 1] = self._greedy_at(n - 1, self.model.logits(0))
+            main = np.asarray(self.model.logits(0), dtype=np.float64)
+            other = np.asarray(self.model.logits(1), dtype=np.float64)
+        # nxt keeps sequence 0's own greedy choices (what a request without the second
+        # view would take); the blended choice is never cached, always computed.
+        lp_main, lp_other = _log_softmax(main), _log_softmax(other)
+        scores = _log_softmax(lp_main + lp_other)
+        tok = int(np.argmax(scores))
+        if self.blend_log is not None:
+            self.blend_log.append((lp_main, lp_other, tok))
+        st.scores, st.greedy_prob = scores, float(np.exp(scores[tok]))
+        st.common, st.prompt_done, st.blended = n, True, True
+        return tok, True
 
     def _next_greedy(self, st: _Decoding) -> tuple[int, bool] | None:
         """The greedy token after ``st.seq``, and whether its logits are live (just
@@ -882,6 +1025,8 @@ class Engine:
         # Choose among the tokens that keep the constraint, from live logits (recomputed
         # if the greedy choice came from the cache).
         n = len(st.seq)
+        if st.scores is not None:
+            return self._constrained_argmax(st.remaining, no_newline, st.scores)
         if not live or len(self.kv) != n:
             self._evaluate(st.seq, n - 1)
             st.common = n
@@ -934,9 +1079,10 @@ class Engine:
             p = p[len(remaining):]
         return not (no_newline and p[:1] in (b"\n", b"\r"))
 
-    def _constrained_argmax(self, remaining: bytes, no_newline: bool) -> int | None:
-        """The best allowed token from the last logits."""
-        logits = self.model.logits(-1)
+    def _constrained_argmax(self, remaining: bytes, no_newline: bool,
+                            scores: npt.NDArray[Any] | None = None) -> int | None:
+        """The best allowed token from the last logits (or from ``scores``, a blend's)."""
+        logits = self.model.logits(-1) if scores is None else scores
         if remaining:
             cands = self.vocab.tokens_consistent_with(remaining)
             if no_newline:
@@ -957,3 +1103,9 @@ class Engine:
         self.prev_gen[uri] = list(generated)
         while len(self.prev_gen) > 64:
             self.prev_gen.pop(next(iter(self.prev_gen)))
+
+
+def _log_softmax(logits: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """Log-probabilities from logits."""
+    top = float(np.max(logits))
+    return logits - (top + float(np.log(np.sum(np.exp(logits - top)))))
