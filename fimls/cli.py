@@ -300,8 +300,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(_format_cross(result.cross))
         print("(memo: typed characters answered from the memo; srv p50: the server's own "
               "time per typed character, from its log; key eval: tokens the model evaluated "
-              "per typed character that reached it, p50; blend: share of the requests "
-              "that read a prompt whose first line both views chose)")
+              "per typed character that reached it, p50; 2nd: share of the requests that "
+              "read their prompt a second time without the chunks / share that showed the "
+              "second reading's line)")
     for label, res in result.suffix.items():
         print(f"\nsuffix reuse, {res['summary']['tasks']} tasks of "
               f"{args.suffix_set or args.editor_set or args.sets.split(',')[0]}: "
@@ -435,9 +436,11 @@ def _cross_bench(args: argparse.Namespace, opts: Options, models: list[str | Non
                     and r.get("prompt_tokens", 0) > 0]
             row["context_tokens_p50"] = percentile(
                 [float(r.get("context_tokens", 0)) for r in recs], 50)
-            # Of the requests that built a prompt: how many chose their first line by both
-            # views (see blendContext).
-            row["blended_share"] = sum(bool(r.get("blended")) for r in recs) / max(1, len(recs))
+            # Of the requests that built a prompt: how many read it a second time without
+            # the chunks, and how many showed that reading's line (see secondReading).
+            row["second_share"] = sum(bool(r.get("second_line")) for r in recs) / max(1, len(recs))
+            row["second_taken_share"] = (sum(r.get("second_line") == "taken" for r in recs)
+                                         / max(1, len(recs)))
             row.update(peer.keystroke_costs(rows, log_records))
             row["rows"] = rows
             summary[label][system] = row
@@ -448,7 +451,7 @@ def _format_cross(table: dict[str, dict[str, dict[str, Any]]]) -> str:
     """Quality and latency with the other files open against alone."""
     head = (f"{'model':<22} {'system':<18} {'line':>6} {'chars':>6} {'first p50':>10} "
             f"{'key p50':>9} {'key p95':>9} {'context':>8} {'memo':>5} {'srv p50':>8} "
-            f"{'key eval':>8} {'blend':>5}")
+            f"{'key eval':>8} {'2nd':>9}")
     lines = [head, "-" * len(head)]
     for model, systems in table.items():
         alone = systems.get("alone")
@@ -460,7 +463,8 @@ def _format_cross(table: dict[str, dict[str, dict[str, Any]]]) -> str:
                          f"{s.get('key_memo_share', float('nan')):>5.2f} "
                          f"{s.get('key_server_p50_ms', float('nan')):>6.1f}ms "
                          f"{s.get('key_evaluated_p50', float('nan')):>8.0f} "
-                         f"{s.get('blended_share', float('nan')):>5.2f}")
+                         f"{s.get('second_share', float('nan')):>4.2f}/"
+                         f"{s.get('second_taken_share', float('nan')):.2f}")
             if alone is not None and s is not alone:
                 def ratio(key: str, s: dict[str, Any] = s, a: dict[str, Any] = alone) -> str:
                     return f"{s[key] / a[key]:.2f}x" if a[key] else "-"
@@ -553,7 +557,7 @@ def _passthrough_flags(args: argparse.Namespace) -> list[str]:
             "draftModel", "draftMax", "ngramMax", "isolation", "loadTimeoutS", "cancelGraceMs",
             "workerNice",
             "promptTokens", "maxTimeMs", "idlePrefill", "reuseSuffix", "contextTokens",
-            "blendContext",
+            "secondReading",
             "minConfidence", "engine", "engineProtocol", "engineKey", "engineSlot"}
     out: list[str] = []
     for key, flag, _default, _doc in describe():

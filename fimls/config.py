@@ -126,12 +126,11 @@ class CompletionOptions:
     """Most tokens of other open buffers at the front of the prompt (definitions of the
     identifiers near the cursor and of the names the file imports, recently edited regions,
     a ring of chunks), at most half the prompt. 0: only the current file."""
-    blend_context: bool = True
-    """FIM models, with other files' chunks in the prompt: the suggestion's first line is
-    chosen by the model reading the prompt with and without them (each token by the
-    product of both distributions), where the second reading costs at most what the
-    request costs anyway. The chunks then add what they know without overriding what the
-    file itself shows. false: the prompt with the chunks alone decides."""
+    second_reading: bool = True
+    """FIM models, with other files' chunks in the prompt: the prompt is also read without
+    them, and where that reading writes another first line, the line the prompt with the
+    chunks finds more likely is shown. Only where the second reading costs at most what
+    the request costs anyway. false: the prompt with the chunks alone writes the line."""
     min_confidence: float = _opt(0.5, min=0.0, max=1.0)
     """A suggestion whose first line has a token the model gave less than this probability
     is not shown (logged as ``gated``); 0.5 from fimls bench's gate table on real edits.

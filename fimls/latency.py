@@ -47,10 +47,12 @@ class LatencyRecord:
     context_tokens: int = 0  # tokens of other buffers' chunks at the prompt's front
     context_sources: str = ""  # which kinds of chunks, e.g. "definition:2,recent:1"
     window_tokens: int = 0  # the prompt's token budget (less than usual: a cold prompt)
-    # Tokens of the prompt without the chunks (the second view) evaluated for this request;
-    # blended: its first line was chosen by both views (see fimls.engine.core).
-    blend_tokens: int = 0
-    blended: bool = False
+    # The second reading (see fimls.engine.core): the tokens it evaluated for this request
+    # (the prompt without the chunks, the lines it read and wrote), and what came of it:
+    # "same" (it wrote the same first line), "kept" (another, less likely), "taken"
+    # (another, more likely: shown), "" (not read).
+    second_tokens: int = 0
+    second_line: str = ""
     generated_tokens: int = 0
     drafted_tokens: int = 0
     accepted_tokens: int = 0

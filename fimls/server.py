@@ -399,7 +399,8 @@ class FimlsServer(LanguageServer):
                                  min_confidence=c.min_confidence,
                                  neighbors=self._neighbor_texts(doc),
                                  context=self._context_for(doc, pos, prefix, suffix, idle=idle),
-                                 context_tokens=c.context_tokens, blend=c.blend_context)
+                                 context_tokens=c.context_tokens,
+                                 second_reading=c.second_reading)
 
     def _context_for(self, doc: TextDocument, pos: Pos, prefix: str, suffix: str, *,
                      idle: bool, near: tuple[int, int] = (NEAR_BEFORE, NEAR_AFTER),

@@ -46,7 +46,7 @@ def test_defaults() -> None:
         "maxTokens": 64, "maxLines": 8, "maxTimeMs": 1000,
         "speculative": "auto",
         "draftModel": None, "draftMax": 8, "ngramMax": 3, "idlePrefill": True,
-        "reuseSuffix": True, "contextTokens": 512, "blendContext": True,
+        "reuseSuffix": True, "contextTokens": 512, "secondReading": True,
         "minConfidence": 0.5,
         "latencyLog": None, "logLevel": "INFO",
     }
@@ -274,9 +274,9 @@ def test_defaults_are_written_once() -> None:
         o.model.n_ctx, o.model.n_batch, o.model.threads, o.model.n_gpu_layers,
         o.model.fim_order, o.completion.draft_max, o.completion.ngram_max)
     req = CompletionRequest(uri="u", version=1, prefix="", suffix="")
-    assert (req.max_tokens, req.max_lines, req.speculative, req.blend) == (
+    assert (req.max_tokens, req.max_lines, req.speculative, req.second_reading) == (
         o.completion.max_tokens, o.completion.max_lines, o.completion.speculative,
-        o.completion.blend_context)
+        o.completion.second_reading)
     assert StopPolicy(ctx=None).max_lines == o.completion.max_lines  # type: ignore[arg-type]
 
 
@@ -297,17 +297,17 @@ def test_engine_config_is_derived_from_the_options(tmp_path: Path,
         cost_cache=tmp_path / "cache" / "verify-costs.json")
 
 
-def test_blend_context_reaches_the_request_and_the_bench_servers() -> None:
+def test_second_reading_reaches_the_request_and_the_bench_servers() -> None:
     from fimls.cli import _passthrough_flags
     from fimls.documents import Pos as DPos
     from fimls.documents import TextDocument
     from fimls.server import FimlsServer
 
-    opts, warnings = apply_dict(Options(), {"blendContext": False})
-    assert warnings == [] and opts.completion.blend_context is False
+    opts, warnings = apply_dict(Options(), {"secondReading": False})
+    assert warnings == [] and opts.completion.second_reading is False
     ls = FimlsServer(opts, lambda *a, **k: None)  # type: ignore[arg-type,return-value]
     doc = TextDocument(uri="file:///w/a.py", language_id="python", version=1, text="x = ")
-    assert ls.make_request(doc, DPos(0, 4)).blend is False
-    args = build_parser().parse_args(["bench", "--blend-context", "false"])
+    assert ls.make_request(doc, DPos(0, 4)).second_reading is False
+    args = build_parser().parse_args(["bench", "--second-reading", "false"])
     flags = _passthrough_flags(args)
-    assert flags[flags.index("--blend-context") + 1] == "false"
+    assert flags[flags.index("--second-reading") + 1] == "false"

@@ -40,8 +40,8 @@ def test_cross_bench_runs_alone_and_open_side_by_side(tmp_path: Path) -> None:
         # The server's log has one record per request, in order (NaN if it did not match).
         assert 0.0 <= side["key_memo_share"] <= 1.0
         assert 0.0 <= side["key_server_p50_ms"] < 60_000
-        # The tiny model reads its prompts in continuation mode: nothing to blend.
-        assert side["blended_share"] == 0.0
+        # The tiny model reads its prompts in continuation mode: nothing is read twice.
+        assert side["second_share"] == 0.0 and side["second_taken_share"] == 0.0
     (label,) = cross
     logs = {s: [json.loads(line) for line in (out / f"cross-{label}-{s}.jsonl").open()]
             for s in ("alone", "open")}

@@ -24,7 +24,6 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from fimls.context import ContextChunk
@@ -545,127 +544,179 @@ async def test_definitions_from_another_buffer_reach_the_prompt_and_leave_on_clo
     assert closed["context_tokens"] == 0 and closed["context_sources"] == ""
 
 
-# --- blending: the first line chosen by the prompt with and without the chunks ------------
+# --- the second reading: the prompt without the chunks proposes another first line --------
 
 AREA = ContextChunk(path="lib/shapes.py", source="definition", uri="file:///w/lib/shapes.py",
                     text='def area(width, height, *, unit="cm", rounding=None):\n'
                          '    """The area of a rectangle, in square units."""\n')
 AREA_PREFIX = ("from lib.shapes import area\n\n\ndef report(room):\n"
                "    print(room.name)\n    return ")
+# Another buffer holding this very function with a line of its own: with the chunk the
+# model copies that line; the file alone cannot know it and writes another.
+COPIED = ContextChunk(path="lib/report.py", source="recent", uri="file:///w/lib/report.py",
+                      text="def report(room):\n    print(room.name)\n"
+                           "    return shapes_area_in_square_metres_rounded(room.depth, 3)\n")
 
 
-def _blend_request(**kw: Any) -> CompletionRequest:
+def _second_request(**kw: Any) -> CompletionRequest:
     base = CompletionRequest(uri="file:///w/app.py", version=1, prefix=AREA_PREFIX,
                              suffix="\n\n\nreport(None)\n", repo_name="w", rel_path="app.py",
-                             max_tokens=16, speculative="off", context=[AREA],
-                             context_tokens=256, blend=True)
+                             max_tokens=32, speculative="off", context=[AREA],
+                             context_tokens=256, second_reading=True)
     return replace(base, **kw)
 
 
-@pytest.mark.parametrize("speculative", ["off", "lookup"])
-def test_a_blended_first_line_is_chosen_by_both_views(engine: Engine, speculative: str) -> None:
-    """Each token of the first line is the argmax of the two views' summed log-probabilities
-    as the engine computed them (the prompt with the chunk in sequence 0, without it in
-    the second sequence), and the confidence is the product distribution's. Drafting
-    waits for the second line."""
+def _second_run(engine: Engine, req: CompletionRequest) -> tuple[Any, Any]:
     engine.reset()
-    req = _blend_request(speculative=speculative, max_tokens=40)
-    alone = engine.build(replace(req, context=[])).tokens
-    engine.blend_log = []
+    engine.second_log = []
     try:
         res = engine.complete(req, lambda: False)
-        steps = engine.blend_log
+        (read,) = engine.second_log
     finally:
-        engine.blend_log = None
+        engine.second_log = None
+    return res, read
+
+
+@pytest.mark.parametrize("speculative", ["off", "lookup"])
+def test_the_second_reading_proposes_a_line_and_the_likelier_is_shown(
+        engine: Engine, speculative: str) -> None:
+    """The reading without the chunks follows the first line until it would choose another
+    token, then writes its own; the prompt with the chunks scores both from there, and the
+    line with the higher log-probability is what the suggestion starts with. What the
+    second reading evaluated is counted token by token."""
+    req = _second_request(context=[COPIED], speculative=speculative, max_tokens=24)
+    alone = engine.build(replace(req, context=[])).tokens
+    res, read = _second_run(engine, req)
     rec = res.record
-    assert rec.blended and rec.context_tokens > 0 and steps
-    # The second view is the file alone, read once from scratch, then one token a step.
-    assert rec.blend_tokens == len(alone) + len(steps) - 1
-    # The suggestion is made of the blended tokens; the healed text at the cursor is the
-    # user's, forced, and not counted in the confidence.
-    remaining = engine.build(replace(req, version=2)).constraint
-    assert remaining == b" "  # the space after "return"
+    assert rec.context_tokens > 0 and rec.second_line == read.outcome
+    first, second, at = list(read.first), list(read.second), read.at
+    # The chunk's own line and the file's differ somewhere (the premise of the test).
+    assert read.outcome in ("kept", "taken") and at < len(first) and first[:at] == second[:at]
+    assert second[at] != first[at]
+    scored = read.first_logp == read.first_logp and read.second_logp == read.second_logp
+    if scored:
+        assert (read.outcome == "taken") == (read.second_logp > read.first_logp)
+    shown = second if read.outcome == "taken" else first
+    assert engine.prev_gen[req.uri][:len(shown)] == shown
+    # The prompt without the chunks from scratch, the first line through it in one batch,
+    # its own tokens one a step, and the scoring batch.
+    steps = len(second) - at - 1
+    assert rec.second_tokens == (len(alone) + len(first) - 1 + steps
+                                 + (len(second) - at if scored else 0))
+    assert engine.model.kv_len() == len(engine.kv) and engine.model.kv_len(1) == 0
+    assert 0.0 < (rec.confidence or 0.0) <= 1.0
+
+
+def test_a_second_line_shown_becomes_the_cache(engine: Engine,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the second line wins (here made to win: every token it scores counts as
+    certain), the cache's branch becomes sequence 0, the suggestion is made of that line's
+    tokens, the healed text stays forced, and the next request at the place reuses it."""
+    from fimls.engine import core
+
+    monkeypatch.setattr(core, "_logprob", lambda logits, tok: 0.0)
+    req = _second_request(context=[COPIED], max_tokens=24)
+    prompt = engine.build(req)
+    res, read = _second_run(engine, req)
+    assert read.outcome == res.record.second_line == "taken"
+    second = list(read.second)
     gen = engine.prev_gen[req.uri]
-    assert gen[:len(steps)] == [tok for _, _, tok in steps]
-    probs = []
-    for lp_main, lp_alone, tok in steps:
-        both = lp_main + lp_alone
-        assert tok == int(np.argmax(both))
-        if not remaining:
-            probs.append(float(np.exp(both[tok] - np.logaddexp.reduce(both))))
-        piece = engine.vocab.text_piece(tok)
-        remaining = remaining[len(piece):] if remaining.startswith(piece) else b""
-    assert probs and rec.confidence == pytest.approx(round(min(probs), 4), abs=1e-4)
-    # What both views chose is not what either chose alone (the premise of the test):
-    # somewhere the summed log-probabilities overrule one view's own argmax, or they agree.
-    firsts = [(int(np.argmax(m)), int(np.argmax(a)), t) for m, a, t in steps]
-    assert all(t in (m, a) or m != a for m, a, t in firsts)
+    assert gen[:len(second)] == second
+    # Lazy evaluation: the cache holds the prompt and every generated token but the last.
+    assert engine.kv == prompt.tokens + gen[:-1]
+    assert engine.model.kv_len() == len(engine.kv) and engine.model.kv_len(1) == 0
+    raw = b"".join(engine.vocab.text_piece(t) for t in gen)
+    assert raw.startswith(prompt.constraint)
+    shown_line = raw[len(prompt.constraint):].decode().split("\n")[0].rstrip()
+    assert res.text.split("\n")[0].rstrip() == shown_line
+    again = engine.complete(replace(req, version=2), lambda: False)
+    assert again.record.reused_tokens >= len(prompt.tokens) - 1
+    monkeypatch.undo()
+    engine.reset()
 
 
-def test_without_chunks_or_with_blending_off_one_view_decides(engine: Engine) -> None:
+def test_without_chunks_or_with_the_option_off_nothing_is_read_twice(engine: Engine) -> None:
     engine.reset()
-    plain = engine.complete(_blend_request(context=[]), lambda: False)
-    assert not plain.record.blended and plain.record.blend_tokens == 0
+    plain = engine.complete(_second_request(context=[]), lambda: False)
+    assert plain.record.second_line == "" and plain.record.second_tokens == 0
     engine.reset()
-    off = engine.complete(_blend_request(blend=False), lambda: False)
-    assert not off.record.blended and off.record.blend_tokens == 0
+    off = engine.complete(_second_request(second_reading=False), lambda: False)
+    assert off.record.second_line == "" and off.record.second_tokens == 0
     assert off.record.context_tokens > 0
 
 
-def test_the_second_view_is_priced_and_cached(engine: Engine) -> None:
+def _read_cost(read: Any) -> int:
+    """Tokens a second reading evaluated after its prompt: the first line in one batch,
+    its own tokens one a step, the scoring batch."""
+    cost = len(read.first) - 1
+    if len(read.second) > read.at and read.outcome != "same":
+        cost += len(read.second) - read.at - 1
+        if read.second_logp == read.second_logp:
+            cost += len(read.second) - read.at
+    return cost
+
+
+def test_the_second_reading_is_priced_and_cached(engine: Engine) -> None:
     """Read only where it costs no more than the request costs anyway: not when the prompt
     with the chunks is cached and this machine reads slowly; kept in its sequence, so the
     next request at the place reads only what changed."""
     sizer = engine.sizer
     saved = sizer.rate
+    engine.second_log = []
     try:
         engine.reset()
-        first = engine.complete(_blend_request(blend=False), lambda: False)
-        assert not first.record.blended
-        sizer.rate = 10.0  # tokens/s: the second view alone would cost seconds
-        cached_main = engine.complete(_blend_request(version=2), lambda: False)
-        assert not cached_main.record.blended and cached_main.record.blend_tokens == 0
+        first = engine.complete(_second_request(second_reading=False), lambda: False)
+        assert first.record.second_line == ""
+        sizer.rate = 10.0  # tokens/s: the second reading alone would cost seconds
+        cached_main = engine.complete(_second_request(version=2), lambda: False)
+        assert cached_main.record.second_line == "" and cached_main.record.second_tokens == 0
         sizer.rate = float("inf")  # a GPU: reading it costs nothing worth counting
-        blended = engine.complete(_blend_request(version=3), lambda: False)
-        n_alone = len(engine.build(_blend_request(context=[])).tokens)
-        assert blended.record.blended and blended.record.blend_tokens >= n_alone
-        again = engine.complete(_blend_request(version=4), lambda: False)
-        assert again.record.blended
-        # Only the last prompt token and the first line's tokens are read again.
-        assert again.record.blend_tokens <= 1 + again.record.generated_tokens
-        assert again.text == blended.text
+        read = engine.complete(_second_request(version=3), lambda: False)
+        alone = engine.build(_second_request(context=[])).tokens
+        assert read.record.second_line != ""
+        assert read.record.second_tokens == len(alone) + _read_cost(engine.second_log[-1])
+        again = engine.complete(_second_request(version=4), lambda: False)
+        # Only the last prompt token of the second reading is evaluated again.
+        assert again.record.second_line != ""
+        assert again.record.second_tokens == 1 + _read_cost(engine.second_log[-1])
+        assert engine.alt[:len(alone)] == alone
     finally:
         sizer.rate = saved
+        engine.second_log = None
         engine.reset()
 
 
-def test_idle_prefill_at_the_cursor_reads_both_views(engine: Engine) -> None:
+def test_idle_prefill_at_the_cursor_reads_both_prompts(engine: Engine) -> None:
     engine.reset()
-    n_alone = len(engine.build(_blend_request(context=[])).tokens)
-    idle = engine.complete(_blend_request(prefill="cursor"), lambda: False)
-    assert idle.record.blend_tokens == n_alone and idle.text == ""
-    res = engine.complete(_blend_request(version=2), lambda: False)
-    assert res.record.blended
-    assert res.record.blend_tokens <= 1 + res.record.generated_tokens
+    n_alone = len(engine.build(_second_request(context=[])).tokens)
+    idle = engine.complete(_second_request(prefill="cursor"), lambda: False)
+    assert idle.record.second_tokens == n_alone and idle.text == ""
+    engine.second_log = []
+    try:
+        res = engine.complete(_second_request(version=2), lambda: False)
+        assert res.record.second_line != ""
+        assert res.record.second_tokens == 1 + _read_cost(engine.second_log[-1])
+    finally:
+        engine.second_log = None
 
 
-def test_both_views_must_fit_the_cache(tmp_path: Path) -> None:
-    """Where the two prompts would not fit n_ctx together, one view decides (and the
-    second view's entries never crowd the first out)."""
+def test_both_prompts_must_fit_the_cache(tmp_path: Path) -> None:
+    """Where the two prompts would not fit n_ctx together, the prompt with the chunks
+    alone writes the line (and the second reading's entries never crowd it out)."""
     eng = Engine(EngineConfig(model_path=resolve_model(QWEN.name), n_ctx=512,
                               prompt_tokens=400, measure_costs=False))
     try:
         long_prefix = "".join(f"value_{i} = {i} * 3\n" for i in range(120)) + AREA_PREFIX
-        res = eng.complete(_blend_request(prefix=long_prefix), lambda: False)
-        assert res.record.context_tokens > 0 and not res.record.blended
+        res = eng.complete(_second_request(prefix=long_prefix), lambda: False)
+        assert res.record.context_tokens > 0 and res.record.second_line == ""
         assert res.record.outcome in ("returned", "empty")
-        # A blended request leaves its second view cached; a long prompt after it (no
-        # chunks) needs those positions, and gets them.
+        # A request read twice leaves its second prompt cached; a long prompt after it
+        # (no chunks) needs those positions, and gets them.
         mid_prefix = "".join(f"value_{i} = {i} * 3\n" for i in range(10)) + AREA_PREFIX
-        eng.reset()  # (both views read from scratch: blended whatever this CPU's speed)
-        res = eng.complete(_blend_request(prefix=mid_prefix), lambda: False)
-        assert res.record.blended and len(eng.alt) > 80
-        res = eng.complete(_blend_request(prefix=long_prefix, context=[], max_tokens=48),
+        eng.reset()  # (both prompts read from scratch: read twice whatever this CPU's speed)
+        res = eng.complete(_second_request(prefix=mid_prefix), lambda: False)
+        assert res.record.second_line != "" and len(eng.alt) > 80
+        res = eng.complete(_second_request(prefix=long_prefix, context=[], max_tokens=48),
                            lambda: False)
         assert res.record.prompt_tokens > 350 and res.record.error is None
         assert eng.alt == []
@@ -673,19 +724,19 @@ def test_both_views_must_fit_the_cache(tmp_path: Path) -> None:
         eng.close()
 
 
-def test_idle_prefill_of_an_opened_file_reads_both_views_openings(engine: Engine) -> None:
+def test_idle_prefill_of_an_opened_file_reads_both_openings(engine: Engine) -> None:
     """After a file is opened, its opening is read with and without the chunks, so the
-    first request in it reads only the part near the cursor, in both views."""
+    first request in it reads only the part near the cursor, both times."""
     engine.reset()
     body = "".join(f"def helper_{i}(x):\n    return area(x, {i})\n\n\n" for i in range(12))
     text = "from lib.shapes import area\n\n\n" + body
-    opened = engine.complete(_blend_request(prefix=text, suffix="", prefill="open"),
+    opened = engine.complete(_second_request(prefix=text, suffix="", prefill="open"),
                              lambda: False)
-    n_opening = opened.record.blend_tokens
+    n_opening = opened.record.second_tokens
     assert n_opening > 100 and opened.text == ""
-    res = engine.complete(_blend_request(prefix=text + "def report(room):\n    return "),
+    res = engine.complete(_second_request(prefix=text + "def report(room):\n    return "),
                           lambda: False)
-    assert res.record.blended
-    n_alone = len(engine.build(_blend_request(prefix=text + "def report(room):\n    return ",
-                                              context=[])).tokens)
-    assert res.record.blend_tokens < n_alone - n_opening // 2
+    assert res.record.second_line != ""
+    n_alone = len(engine.build(_second_request(prefix=text + "def report(room):\n    return ",
+                                               context=[])).tokens)
+    assert res.record.second_tokens < n_alone - n_opening // 2

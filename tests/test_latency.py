@@ -25,9 +25,10 @@ DOCUMENTED = {"ts", "uri", "version", "queue_ms", "prompt_ms", "ttft_ms", "decod
               "total_ms", "prompt_tokens", "reused_tokens", "generated_tokens",
               "drafted_tokens", "accepted_tokens", "draft", "outcome", "model"}
 # String-valued fields: identifiers and enums, never text from the document.
-# context_sources names kinds of chunks ("definition:2"), never their text.
+# context_sources names kinds of chunks ("definition:2"), never their text; second_line
+# says what the second reading came to ("same", "kept", "taken"), never the line.
 STRING_FIELDS = {"uri", "request_id", "draft", "outcome", "model", "stop", "error",
-                 "context_sources"}
+                 "context_sources", "second_line"}
 
 
 def record(**kw: Any) -> LatencyRecord:

@@ -712,7 +712,7 @@ def test_context_within_its_budget_and_half_the_window(models: Models) -> None:
 
 @pytest.mark.parametrize("family", ["qwen2.5-coder", "codellama", "plain"])
 def test_the_prompt_without_its_chunks_is_the_file_alone(models: Models, family: str) -> None:
-    """The second view of a blended request: the same prompt less exactly the chunks'
+    """The second reading's prompt: the same prompt less exactly the chunks'
     tokens, which is the prompt laid out without them (same window, same file text)."""
     vocab = vocab_of(models, family)
     t = detect_template(vocab)

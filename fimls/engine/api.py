@@ -49,7 +49,7 @@ class CompletionRequest:
     # Chunks of other buffers for the prompt's front (fimls.context), and their most tokens.
     context: list[ContextChunk] = field(default_factory=list)
     context_tokens: int = CompletionOptions.context_tokens
-    blend: bool = CompletionOptions.blend_context  # see the option blendContext
+    second_reading: bool = CompletionOptions.second_reading  # see the option secondReading
     # Idle work, no answer: "open" evaluates the opening of the document in ``prefix``
     # (the cursor is unknown), "cursor" the prompt at this cursor, "next" also generates
     # the suggestion here and remembers it (the prefix ends with the one shown: prefetch).

@@ -14,6 +14,9 @@ picks next (``nxt``). A new request then:
    every token; where a drafter has a proposal worth verifying (see ``fimls.drafting``),
    the last token and the draft go through the model in one batch, the longest agreeing
    prefix is kept, and the cache is rolled back past the first disagreement.
+5. with other files' chunks in a FIM prompt, once the first line is written, reads the
+   prompt a second time without the chunks: where that reading writes another line, the
+   prompt with the chunks scores it, and the likelier line is shown (see ``_second_line``).
 
 Evaluation is lazy: a token is decoded into the cache only when the logits after it are
 needed, so a request that stops never pays for its last token.
@@ -70,12 +73,12 @@ IDLE_PREFILL_CHUNK = 128
 DRAFT_SYNC_MAX = 64
 MAX_PATH_REMAINDER = 32  # bytes of typed text that may be forced after the cached path
 # The cache sequence that holds the prompt read without other files' chunks (the second
-# view of a blended request; 0 is the prompt as built, 1 parks entries, see LlamaModel).
-BLEND_SEQ = 2
+# reading; 0 is the prompt as built, 1 parks entries or holds a branch, see LlamaModel).
+SECOND_SEQ = 2
 # Reading the prompt without the chunks as well is worth it where it costs no more than the
 # request costs anyway (a new place: both are read from scratch), or this little (a GPU,
-# or both views cached): see Engine._blend_plan.
-BLEND_FREE_SECONDS = 0.25
+# or both readings cached): see Engine._second_plan.
+SECOND_FREE_SECONDS = 0.25
 
 
 class Cancelled(Exception):
@@ -104,14 +107,25 @@ class _Decoding:
     sources: dict[str, int] = field(default_factory=dict)  # accepted tokens per source
     line_probs: list[float] = field(default_factory=list)  # greedy tokens of the first line
     line_done: bool = False
-    # Blending (see Engine._blend_greedy): the prompt without the chunks, then the tokens
-    # generated; None when this request decodes from its prompt alone (or the first line
-    # is done). ``scores``: both views' log-probabilities after the last token, summed and
-    # normalised; ``greedy_prob``: the chosen token's probability under them.
+    # The second reading (see Engine._second_line): the prompt without other files'
+    # chunks, read once the first line is written; None when this request has none (or
+    # it was done). ``constraint``: the forced text the request started with.
     alt: list[int] | None = None
-    scores: npt.NDArray[np.float64] | None = None
-    greedy_prob: float = 1.0
-    blended: bool = False
+    constraint: bytes = b""
+
+
+@dataclass(frozen=True)
+class SecondLine:
+    """What a second reading computed (``Engine.second_log`` keeps these for tests)."""
+
+    first: tuple[int, ...]  # the first line read with the chunks (up to its end token)
+    second: tuple[int, ...]  # read without them: the same up to ``at``, then its own
+    at: int  # the first token where the two differ (len(first) where they do not)
+    # Log-probabilities of first[at:] and second[at:] given the prompt with the chunks
+    # (NaN where they were not compared).
+    first_logp: float
+    second_logp: float
+    outcome: str  # the record's second_line: "same", "kept" or "taken"
 
 
 class Engine:
@@ -132,11 +146,9 @@ class Engine:
         self.model_name = catalogue_name(cfg.model_path) or cfg.model_path.name
         self.kv: list[int] = []
         self.nxt: list[int | None] = []
-        self.alt: list[int] = []  # what cache sequence BLEND_SEQ holds
-        # Tests set a list here to see each blended step: both views' log-probabilities
-        # and the token chosen from them (before any constraint). None costs nothing.
-        self.blend_log: list[tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], int]] \
-            | None = None
+        self.alt: list[int] = []  # what cache sequence SECOND_SEQ holds
+        # Tests set a list here to see what each second reading computed. None costs nothing.
+        self.second_log: list[SecondLine] | None = None
         # Probability of the greedy token after each position, where nxt was computed:
         # every place that sets an nxt entry sets this one too (via _greedy_at).
         self.nprob: dict[int, float] = {}
@@ -313,7 +325,7 @@ class Engine:
     def reset(self) -> None:
         """Forget the KV cache (after an error the cache contents are unknown)."""
         self.model.kv_truncate(0)
-        self.model.kv_truncate(0, BLEND_SEQ)
+        self.model.kv_truncate(0, SECOND_SEQ)
         self.kv = []
         self.nxt = []
         self.alt = []
@@ -630,10 +642,11 @@ class Engine:
                 lambda t: t, req.max_tokens)
             room = self.model.n_ctx - 2 * req.max_tokens - 16
             if len(tokens) + len(self.alt) > room:
-                self._truncate_alt(0)  # (as in _blend_plan)
-            if (req.blend and self.template.kind == "fim" and req.context
+                self._truncate_alt(0)  # (as in _second_plan)
+            if (req.second_reading and self.template.kind == "fim" and req.context
                     and 2 * len(tokens) <= room):
-                # The second view's opening too (see _blend_plan), once the first's is read.
+                # The second reading's opening too (see _second_plan), once the first's is
+                # read.
                 alt = opening_prompt(self.template, self.vocab, inp,
                                      self.prompt_budget(req.max_tokens), without_context=True)
             common = common_prefix_len(tokens, self.kv)
@@ -647,8 +660,8 @@ class Engine:
                 if common < len(tokens):
                     self._evaluate(tokens, common, chunk=IDLE_PREFILL_CHUNK)
                 if alt is not None:
-                    # The second view too, so that the request here finds both read.
-                    rec.blend_tokens += self._evaluate_alt(alt, chunk=IDLE_PREFILL_CHUNK)
+                    # The second reading too, so that the request here finds both read.
+                    rec.second_tokens += self._evaluate_alt(alt, chunk=IDLE_PREFILL_CHUNK)
             finally:
                 rec.evaluated_tokens = self._evaluated
                 rec.prompt_ms = (time.perf_counter() - t0) * 1000.0
@@ -668,7 +681,7 @@ class Engine:
                 raise Cancelled
             self._observe_prefill(done, dt)
         if alt is not None:
-            rec.blend_tokens += self._evaluate_alt(alt, chunk=IDLE_PREFILL_CHUNK)
+            rec.second_tokens += self._evaluate_alt(alt, chunk=IDLE_PREFILL_CHUNK)
         self._catch_up_draft(req, tokens, cancelled)
 
     def _catch_up_draft(self, req: CompletionRequest, tokens: list[int],
@@ -794,8 +807,7 @@ class Engine:
                 # A tiny context (or a huge max_tokens): stop before llama.cpp runs out.
                 rec.stop = "context_full"
                 break
-            blending = st.alt is not None
-            greedy = self._blend_greedy(st) if blending else self._next_greedy(st)
+            greedy = self._next_greedy(st)
             if greedy is None:
                 break
             tok = self._constrain(st, *greedy)
@@ -804,22 +816,20 @@ class Engine:
                 break
             if not st.line_done and tok == greedy[0] and not st.remaining:
                 # Forced (healed) text is the user's, not the model's guess: not counted.
-                st.line_probs.append(st.greedy_prob if blending
-                                     else self.nprob.get(len(st.seq) - 1, 1.0))
+                st.line_probs.append(self.nprob.get(len(st.seq) - 1, 1.0))
             stop = self._emit(st, tok)
-            if st.alt is not None:
-                st.alt.append(tok)
             if not st.line_done:
-                head = st.out.lstrip(b" \t\r\n")
-                st.line_done = b"\n" in head or b"\r" in head
-            if st.line_done:
-                # The rest of a block follows the prompt as built, drafted as usual.
-                st.alt = st.scores = None
+                st.line_done = _line_ended(st.out)
+            if st.alt is not None and (st.line_done or stop):
+                # The first line is written: the reading without the chunks may propose
+                # another (a stop mid-line by the stop rules leaves nothing to compare).
+                stop = (self._second_line(st, stop) if st.line_done or rec.stop == "eog"
+                        else stop)
+                st.alt = None
             if stop:
                 break
         rec.generated_tokens = len(st.gen)
         rec.evaluated_tokens = self._evaluated
-        rec.blended = st.blended
         if st.line_probs:
             rec.confidence = round(min(st.line_probs), 4)
             rec.confidence_mean = round(sum(st.line_probs) / len(st.line_probs), 4)
@@ -862,9 +872,9 @@ class Engine:
         if req.reuse_suffix and self._can_shift:
             common = self._reuse_suffix(tokens, common, rec, cancelled)
         rec.reused_tokens = min(common, len(tokens))
-        alt = self._blend_plan(req, prompt, tokens, common)
+        alt = self._second_plan(req, prompt, tokens, common)
         return _Decoding(
-            alt=alt,
+            alt=alt, constraint=constraint,
             req=req, rec=rec, cancelled=cancelled, seq=list(tokens), common=common,
             remaining=constraint, ctx=ctx, policy=StopPolicy(ctx=ctx, max_lines=req.max_lines),
             drafting=self._setup_drafters(req, tokens),
@@ -874,48 +884,44 @@ class Engine:
             # typing it reuses it.
             ban_leading_newline=ctx.mode != "line" and not ctx.line_prefix.strip())
 
-    def _blend_plan(self, req: CompletionRequest, prompt: Prompt, tokens: list[int],
-                    common: int) -> list[int] | None:
-        """The prompt without the chunks when this request's first line is to be blended
-        (see :meth:`_blend_greedy`), else None.
+    def _second_plan(self, req: CompletionRequest, prompt: Prompt, tokens: list[int],
+                     common: int) -> list[int] | None:
+        """The prompt without the chunks when this request's first line is to be read a
+        second time (see :meth:`_second_line`), else None.
 
-        Other files' chunks bring signatures the file lacks, and also invite the model to
-        use them where the file already shows what comes (a parameter the call never
-        passes). Both readings of the prompt vote on each token of the first line, so a
-        choice stands where the two agree or one is sure. The second reading is priced
-        like a draft: it is read only where it costs at most what the request costs
-        anyway (a new place: both prompts are read from scratch; on a GPU, little), and
-        where both fit the cache together.
+        The second reading is priced like a draft: it is read only where it costs at most
+        what the request costs anyway (a new place: both prompts are read from scratch; on
+        a GPU, little), and where both fit the cache together.
         """
         room = self.model.n_ctx - 2 * req.max_tokens - 16
         if len(tokens) + len(self.alt) > room:
             self._truncate_alt(0)  # its entries would crowd this prompt out of the cache
-        if (not req.blend or self.template.kind != "fim" or prompt.context_tokens <= 0
-                or tokens != prompt.tokens):
+        if (not req.second_reading or self.template.kind != "fim"
+                or prompt.context_tokens <= 0 or tokens != prompt.tokens):
             return None
         alt = prompt.without_context()
         if len(tokens) + len(alt) > room:
             return None
         cached = min(common_prefix_len(alt, self.alt), len(alt) - 1)
         extra = self.sizer.seconds(len(alt) - cached)
-        if extra > max(self.sizer.seconds(len(tokens) - common), BLEND_FREE_SECONDS):
+        if extra > max(self.sizer.seconds(len(tokens) - common), SECOND_FREE_SECONDS):
             return None
         return alt
 
     def _truncate_alt(self, n: int) -> None:
-        """Make sequence BLEND_SEQ (and our record of it) hold only its first ``n``."""
+        """Make sequence SECOND_SEQ (and our record of it) hold only its first ``n``."""
         if n < len(self.alt):
-            self.model.kv_truncate(n, BLEND_SEQ)
+            self.model.kv_truncate(n, SECOND_SEQ)
             del self.alt[n:]
 
     def _evaluate_alt(self, seq: list[int], chunk: int | None = None) -> int:
-        """Make sequence BLEND_SEQ hold exactly ``seq``, with logits at its last position;
+        """Make sequence SECOND_SEQ hold exactly ``seq``, with logits at its last position;
         returns how many tokens that evaluated."""
         n = len(seq)
         start = min(common_prefix_len(seq, self.alt), n - 1)
         self._truncate_alt(start)
         t0 = time.perf_counter()
-        done = self.model.prefill(seq[start:], start, chunk=chunk, seq=BLEND_SEQ)
+        done = self.model.prefill(seq[start:], start, chunk=chunk, seq=SECOND_SEQ)
         self.alt.extend(seq[start:start + done])
         if done < n - start:
             raise Cancelled
@@ -923,54 +929,133 @@ class Engine:
             self._observe_prefill(done, time.perf_counter() - t0)
         return done
 
-    def _blend_greedy(self, st: _Decoding) -> tuple[int, bool]:
-        """The next token by both views: the model's log-probabilities after the prompt
-        as built (sequence 0) and after the prompt without the chunks (sequence
-        BLEND_SEQ), summed: a product of the two distributions, normalised.
+    def _second_line(self, st: _Decoding, stopped: bool) -> bool:
+        """Read the first line a second time, without the other files' chunks, and show
+        the line that reading writes instead where the prompt with the chunks finds it
+        more likely. Returns whether the request stops (as ``stopped`` did, or where the
+        shown line ends it).
 
-        The first step reads both prompts (each from what its sequence holds); each later
-        one evaluates the last token in both sequences in one batch (about one step's
-        cost on a CPU). No drafting meanwhile: only the first line is blended.
+        Chunks bring the signatures a file lacks; they also pull the model towards what
+        they show where the file already says what comes (an argument the signature
+        offers and the call never passes, a helper's body written out instead of a call),
+        and greedy decoding, one token at a time, then commits to a line that is not the
+        likeliest. The file read alone proposes a second line: the prompt without the
+        chunks is evaluated (in its own cache sequence, usually read already at idle), the
+        first line is put through it in one batch, and where that reading would choose
+        another token it writes its own line from there. The prompt with the chunks,
+        which knows the most, judges: it scores the second line's differing tokens in one
+        batch (on a branch of its cache), and the line with the higher log-probability is
+        shown. A multi-line suggestion goes on from the shown line, with the chunks.
         """
-        assert st.alt is not None
-        rec = st.rec
-        n, m = len(st.seq), len(st.alt)
-        t0 = time.monotonic()
-        if not st.prompt_done:
-            self._evaluate(st.seq, st.common)
-            main = np.array(self.model.logits(-1), dtype=np.float64)
-            rec.blend_tokens += self._evaluate_alt(st.alt)
-            other = np.asarray(self.model.logits(-1), dtype=np.float64)
-            rec.prompt_ms = (time.monotonic() - t0) * 1000.0
-        else:
-            # The cache holds every token but the last in both sequences (see _run).
+        alt, rec = st.alt, st.rec
+        assert alt is not None
+        line = list(st.gen)
+        n0 = len(st.seq) - len(line)  # the prompt's length
+        m = len(alt)
+        rec.second_tokens += self._evaluate_alt(alt)
+        views = [np.array(self.model.logits(-1), dtype=np.float32)]
+        if len(line) > 1:
             if st.cancelled():
                 raise Cancelled
-            self._truncate(n - 1)
-            self._truncate_alt(m - 1)
-            if not self.model.decode_at([(st.seq[-1], n - 1, 0),
-                                         (st.alt[-1], m - 1, BLEND_SEQ)], [0, 1]):
-                self.model.kv_truncate(n - 1)
-                self.model.kv_truncate(m - 1, BLEND_SEQ)
+            if not self.model.decode_at([(t, m + i, SECOND_SEQ) for i, t in
+                                         enumerate(line[:-1])], list(range(len(line) - 1))):
+                self.model.kv_truncate(m, SECOND_SEQ)
                 raise Cancelled
-            self.kv.append(st.seq[-1])
-            self.nxt.append(None)
-            self.alt.append(st.alt[-1])
-            self._evaluated += 1
-            rec.blend_tokens += 1
-            self.nxt[n - 1] = self._greedy_at(n - 1, self.model.logits(0))
-            main = np.asarray(self.model.logits(0), dtype=np.float64)
-            other = np.asarray(self.model.logits(1), dtype=np.float64)
-        # nxt keeps sequence 0's own greedy choices (what a request without the second
-        # view would take); the blended choice is never cached, always computed.
-        lp_main, lp_other = _log_softmax(main), _log_softmax(other)
-        scores = _log_softmax(lp_main + lp_other)
-        tok = int(np.argmax(scores))
-        if self.blend_log is not None:
-            self.blend_log.append((lp_main, lp_other, tok))
-        st.scores, st.greedy_prob = scores, float(np.exp(scores[tok]))
-        st.common, st.prompt_done, st.blended = n, True, True
-        return tok, True
+            self.alt.extend(line[:-1])
+            rec.second_tokens += len(line) - 1
+            views += [self.model.logits(i) for i in range(len(line) - 1)]
+        # Where would the reading without the chunks choose another token?
+        reader = _LineReader(self, st)
+        at, own = -1, None
+        for i, tok in enumerate(line):
+            own = reader.choose(views[i])
+            if own is None or own != tok:
+                at = i
+                break
+            reader.add(tok)
+        nan = float("nan")
+        if at < 0 or own is None:
+            return self._second_done(st, "same" if at < 0 else "kept", line, line,
+                                     len(line) if at < 0 else at, nan, nan, stopped)
+        # Its own line from there, one token a step.
+        self._truncate_alt(m + at)
+        second = [*line[:at], own]
+        reader.add(own)
+        while not reader.done and len(second) < st.req.max_tokens:
+            if st.cancelled():
+                raise Cancelled
+            pos = m + len(second) - 1
+            if not self.model.decode_at([(second[-1], pos, SECOND_SEQ)], [0]):
+                self.model.kv_truncate(pos, SECOND_SEQ)
+                raise Cancelled
+            self.alt.append(second[-1])
+            rec.second_tokens += 1
+            nxt = reader.choose(self.model.logits(0))
+            if nxt is None:
+                break
+            second.append(nxt)
+            reader.add(nxt)
+        # Both lines' differing tokens as the prompt with the chunks sees them: the first
+        # line's from its decoding (each the greedy choice), the second's in one batch on
+        # a branch of the cache.
+        p = n0 + at - 1  # the position whose logits chose token ``at``
+        first_logp = 0.0
+        for i in range(at, len(line)):
+            if self.nxt[n0 + i - 1] != line[i] or (n0 + i - 1) not in self.nprob:
+                first_logp = float("nan")  # a forced token: its probability is not known
+                break
+            first_logp += float(np.log(max(self.nprob[n0 + i - 1], 1e-30)))
+        if not reader.done or first_logp != first_logp:
+            return self._second_done(st, "kept", line, second, at, first_logp, nan, stopped)
+        self.model.branch(p)
+        batch = [(st.seq[p], p, 1)] + [(t, p + 1 + i, 1) for i, t in enumerate(second[at:-1])]
+        if not self.model.decode_at(batch, list(range(len(batch)))):
+            self.model.drop_parked()
+            raise Cancelled
+        rec.second_tokens += len(batch)
+        logits = [self.model.logits(i) for i in range(len(batch))]
+        lps = [_logprob(lg, t) for lg, t in zip(logits, second[at:], strict=True)]
+        if sum(lps) <= first_logp:
+            self.model.drop_parked()
+            return self._second_done(st, "kept", line, second, at, first_logp, sum(lps),
+                                     stopped)
+        # Show the second line: the branch becomes the cache, the decoding state goes back
+        # to the prompt and takes the line's tokens again (forced text and stop rules
+        # as for any token), with what the prompt with the chunks gave each.
+        preds = [self._greedy_at(p + i, lg) for i, lg in enumerate(logits)]
+        self.model.take_branch(p)
+        del self.kv[p:]
+        del self.nxt[p:]
+        self.kv += [st.seq[p], *second[at:-1]]
+        self.nxt += preds
+        self._fresh_from = min(self._fresh_from, p)
+        st.seq, st.gen, st.common = st.seq[:n0], [], n0
+        st.out, st.text, st.remaining = bytearray(), "", st.constraint
+        st.line_probs, st.line_done = [], False
+        rec.stop = "max_tokens"  # (the first line's own stop no longer holds)
+        stop = False
+        for i, tok in enumerate(second):
+            if not st.remaining:
+                # Forced text is the user's, and a token the stop rules put in place of
+                # the greedy one is not the model's guess (as in _run): not counted.
+                if i >= at:
+                    st.line_probs.append(float(np.exp(lps[i - at])))
+                elif self.nxt[n0 + i - 1] == tok:
+                    st.line_probs.append(self.nprob.get(n0 + i - 1, 1.0))
+            stop = self._emit(st, tok)
+            if stop:
+                break
+        st.line_done = _line_ended(st.out)
+        return self._second_done(st, "taken", line, second, at, first_logp, sum(lps), stop)
+
+    def _second_done(self, st: _Decoding, outcome: str, first: list[int], second: list[int],
+                     at: int, first_logp: float, second_logp: float, stop: bool) -> bool:
+        """Record what the second reading came to; returns ``stop``."""
+        st.rec.second_line = outcome
+        if self.second_log is not None:
+            self.second_log.append(SecondLine(tuple(first), tuple(second), at, first_logp,
+                                              second_logp, outcome))
+        return stop
 
     def _next_greedy(self, st: _Decoding) -> tuple[int, bool] | None:
         """The greedy token after ``st.seq``, and whether its logits are live (just
@@ -1025,8 +1110,6 @@ class Engine:
         # Choose among the tokens that keep the constraint, from live logits (recomputed
         # if the greedy choice came from the cache).
         n = len(st.seq)
-        if st.scores is not None:
-            return self._constrained_argmax(st.remaining, no_newline, st.scores)
         if not live or len(self.kv) != n:
             self._evaluate(st.seq, n - 1)
             st.common = n
@@ -1080,9 +1163,10 @@ class Engine:
         return not (no_newline and p[:1] in (b"\n", b"\r"))
 
     def _constrained_argmax(self, remaining: bytes, no_newline: bool,
-                            scores: npt.NDArray[Any] | None = None) -> int | None:
-        """The best allowed token from the last logits (or from ``scores``, a blend's)."""
-        logits = self.model.logits(-1) if scores is None else scores
+                            logits: npt.NDArray[Any] | None = None) -> int | None:
+        """The best allowed token from the last logits (or from ``logits``)."""
+        if logits is None:
+            logits = self.model.logits(-1)
         if remaining:
             cands = self.vocab.tokens_consistent_with(remaining)
             if no_newline:
@@ -1105,7 +1189,53 @@ class Engine:
             self.prev_gen.pop(next(iter(self.prev_gen)))
 
 
-def _log_softmax(logits: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-    """Log-probabilities from logits."""
-    top = float(np.max(logits))
-    return logits - (top + float(np.log(np.sum(np.exp(logits - top)))))
+
+class _LineReader:
+    """Greedy choices along one line under the engine's rules for forced (healed) text and
+    a leading newline, outside the decoding state (for the second reading)."""
+
+    def __init__(self, engine: Engine, st: _Decoding) -> None:
+        self.engine = engine
+        self.remaining = st.constraint
+        self.ban_newline = st.ban_leading_newline
+        self.out = bytearray()
+        self.done = False
+
+    def choose(self, logits: npt.NDArray[Any]) -> int | None:
+        """The token this line takes next, or None when no token keeps the rules."""
+        eng = self.engine
+        no_newline = not self.out and self.ban_newline
+        tok = int(np.argmax(logits))
+        if eng._allowed(tok, self.remaining, no_newline):
+            return tok
+        return eng._constrained_argmax(self.remaining, no_newline, logits)
+
+    def add(self, tok: int) -> None:
+        """Take ``tok``: what it adds past the forced text, and whether the line ended."""
+        eng = self.engine
+        if tok in eng.template.stop_ids or eng.vocab.is_eog(tok):
+            self.done = True
+            return
+        piece = eng.vocab.text_piece(tok)
+        if self.remaining:
+            if piece.startswith(self.remaining):
+                piece = piece[len(self.remaining):]
+                self.remaining = b""
+            else:
+                self.remaining = self.remaining[len(piece):]
+                piece = b""
+        self.out += piece
+        self.done = _line_ended(self.out)
+
+def _line_ended(out: bytes | bytearray) -> bool:
+    """Whether generated text holds a whole first line: a line end after some text (a
+    suggestion that starts on a new line has its first line after that)."""
+    head = out.lstrip(b" \t\r\n")
+    return b"\n" in head or b"\r" in head
+
+
+def _logprob(logits: npt.NDArray[Any], tok: int) -> float:
+    """log p(tok) under ``logits``."""
+    x = np.asarray(logits, dtype=np.float64)
+    top = float(np.max(x))
+    return float(x[tok] - top - np.log(np.sum(np.exp(x - top))))

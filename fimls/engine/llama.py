@@ -246,10 +246,11 @@ class LlamaModel:
         cp.n_ubatch = n_batch
         cp.n_threads = nthreads
         cp.n_threads_batch = nthreads
-        # Sequence 1 only parks cache entries while new ones are evaluated below them (see
-        # park); sequence 2 holds the prompt read without other files' chunks (the second
-        # view of a blended request, see fimls.engine.core). One unified cache: its n_ctx
-        # positions are shared, so sequence 0 may use all of them when 2 holds nothing.
+        # Sequence 1 parks cache entries while new ones are evaluated below them (see
+        # park), or holds a branch of sequence 0 (see branch); sequence 2 holds the prompt
+        # read without other files' chunks (the second reading, see fimls.engine.core).
+        # One unified cache: its n_ctx positions are shared, so sequence 0 may use all of
+        # them when 2 holds nothing.
         cp.n_seq_max = 3
         cp.kv_unified = True
         self._ctx = L.llama_init_from_model(self._model, cp)
@@ -356,9 +357,9 @@ class LlamaModel:
             done += len(part)
         return done
 
-    def kv_len(self) -> int:
-        """How many positions sequence 0 holds (its highest position plus one)."""
-        return int(L.llama_memory_seq_pos_max(self._mem, 0)) + 1
+    def kv_len(self, seq: int = 0) -> int:
+        """How many positions sequence ``seq`` holds (its highest position plus one)."""
+        return int(L.llama_memory_seq_pos_max(self._mem, seq)) + 1
 
     def logits(self, i: int) -> npt.NDArray[np.float32]:
         """A view (no copy) of the logits at batch index ``i`` of the last decode (-1: last)."""
@@ -395,6 +396,20 @@ class LlamaModel:
     def drop_parked(self, p0: int = -1, p1: int = -1) -> None:
         """Forget the parked entries (those at positions [p0, p1), by default all)."""
         L.llama_memory_seq_rm(self._mem, 1, p0, p1)
+
+    def branch(self, p: int) -> None:
+        """Make sequence 1 hold sequence 0's first ``p`` positions (the same cells, nothing
+        is copied), so that other tokens can be evaluated after them beside sequence 0's
+        own (see :meth:`take_branch`, :meth:`drop_parked`)."""
+        L.llama_memory_seq_rm(self._mem, 1, -1, -1)
+        L.llama_memory_seq_cp(self._mem, 0, 1, 0, p)
+
+    def take_branch(self, p: int) -> None:
+        """Sequence 0 keeps its first ``p`` positions and takes sequence 1's from ``p`` on;
+        sequence 1 is emptied."""
+        L.llama_memory_seq_rm(self._mem, 0, p, -1)
+        L.llama_memory_seq_cp(self._mem, 1, 0, p, -1)
+        L.llama_memory_seq_rm(self._mem, 1, -1, -1)
 
     def can_shift(self) -> bool:
         """Whether the cache supports moving positions (RoPE models with a plain cache)."""
