@@ -1124,14 +1124,7 @@ class Engine:
         if tok in self.template.stop_ids or self.vocab.is_eog(tok):
             rec.stop = "eog"
             return True
-        piece = self.vocab.text_piece(tok)
-        if st.remaining:
-            if piece.startswith(st.remaining):
-                piece = piece[len(st.remaining):]
-                st.remaining = b""
-            else:
-                st.remaining = st.remaining[len(piece):]
-                piece = b""
+        piece, st.remaining = _past_forced(self.vocab.text_piece(tok), st.remaining)
         n = len(st.seq)
         st.seq.append(tok)
         st.gen.append(tok)
@@ -1216,16 +1209,19 @@ class _LineReader:
         if tok in eng.template.stop_ids or eng.vocab.is_eog(tok):
             self.done = True
             return
-        piece = eng.vocab.text_piece(tok)
-        if self.remaining:
-            if piece.startswith(self.remaining):
-                piece = piece[len(self.remaining):]
-                self.remaining = b""
-            else:
-                self.remaining = self.remaining[len(piece):]
-                piece = b""
+        piece, self.remaining = _past_forced(eng.vocab.text_piece(tok), self.remaining)
         self.out += piece
         self.done = _line_ended(self.out)
+
+def _past_forced(piece: bytes, remaining: bytes) -> tuple[bytes, bytes]:
+    """What a token's ``piece`` adds past the forced text ``remaining`` (token healing),
+    and the forced text still left after it."""
+    if not remaining:
+        return piece, remaining
+    if piece.startswith(remaining):
+        return piece[len(remaining):], b""
+    return b"", remaining[len(piece):]
+
 
 def _line_ended(out: bytes | bytearray) -> bool:
     """Whether generated text holds a whole first line: a line end after some text (a
