@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -1005,7 +1006,7 @@ class Engine:
                 first_logp = float("nan")  # a forced token: its probability is not known
                 break
             first_logp += float(np.log(max(self.nprob[n0 + i - 1], 1e-30)))
-        if not reader.done or first_logp != first_logp:
+        if not reader.done or math.isnan(first_logp):
             return self._second_done(st, "kept", line, second, at, first_logp, nan, stopped)
         self.model.branch(p)
         batch = [(st.seq[p], p, 1)] + [(t, p + 1 + i, 1) for i, t in enumerate(second[at:-1])]
@@ -1182,7 +1183,6 @@ class Engine:
             self.prev_gen.pop(next(iter(self.prev_gen)))
 
 
-
 class _LineReader:
     """Greedy choices along one line under the engine's rules for forced (healed) text and
     a leading newline, outside the decoding state (for the second reading)."""
@@ -1212,6 +1212,7 @@ class _LineReader:
         piece, self.remaining = _past_forced(eng.vocab.text_piece(tok), self.remaining)
         self.out += piece
         self.done = _line_ended(self.out)
+
 
 def _past_forced(piece: bytes, remaining: bytes) -> tuple[bytes, bytes]:
     """What a token's ``piece`` adds past the forced text ``remaining`` (token healing),
