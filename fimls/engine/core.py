@@ -585,8 +585,10 @@ class Engine:
 
     def complete(self, req: CompletionRequest, cancelled: Callable[[], bool]) -> CompletionResult:
         """Run one request to completion (or cancellation) and return its result."""
-        t_start = time.monotonic()
-        rec = LatencyRecord(uri=req.uri, version=req.version, request_id=req.request_id,
+        # ts and model_ms span the same interval: the wall clock is read beside t_start,
+        # not later in the record's constructor (a thread switch there skews the span).
+        t_start, wall = time.monotonic(), time.time()
+        rec = LatencyRecord(ts=wall, uri=req.uri, version=req.version, request_id=req.request_id,
                             model=self.model_name,
                             queue_ms=(t_start - req.created) * 1000.0)
         self.model.set_abort(cancelled)

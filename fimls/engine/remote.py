@@ -340,8 +340,8 @@ class RemoteEngine:
     def complete(self, req: CompletionRequest, cancelled: Callable[[], bool], *,
                  retried: bool = False) -> CompletionResult:
         """Stream one completion from the server, cut and trimmed as the local engine's."""
-        t_start = time.monotonic()
-        rec = LatencyRecord(uri=req.uri, version=req.version, request_id=req.request_id,
+        t_start, wall = time.monotonic(), time.time()  # (as in Engine.complete)
+        rec = LatencyRecord(ts=wall, uri=req.uri, version=req.version, request_id=req.request_id,
                             model=self.model_name, queue_ms=(t_start - req.created) * 1000.0)
         text = ""
         if req.prefill:
