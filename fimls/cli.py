@@ -412,9 +412,10 @@ def _editors_at_once(serve: list[str], tasks: list[Any], editors: int, typing: i
 def _cross_bench(args: argparse.Namespace, opts: Options, models: list[str | None],
                  tasks: list[Any], out: Path, step: Callable[[str], None]) -> dict[str, Any]:
     """Cross-file tasks through fimls serve, alone and with the task's other files open."""
+    from fimls.context import CHARS_PER_TOKEN as CONTEXT_CHARS_PER_TOKEN
     from fimls.latency import percentile, read_records
     from fimls.models import catalogue_name, default_model_name, resolve_model
-    from fimls.tools import peer
+    from fimls.tools import bench, peer
 
     summary: dict[str, dict[str, dict[str, Any]]] = {}
     flags = _passthrough_flags(args)
@@ -442,6 +443,11 @@ def _cross_bench(args: argparse.Namespace, opts: Options, models: list[str | Non
             row["second_taken_share"] = (sum(r.get("second_line") == "taken" for r in recs)
                                          / max(1, len(recs)))
             row.update(peer.keystroke_costs(rows, log_records))
+            row["by_file_calls"] = bench.split_by_file_calls(rows, tasks)
+            if system != "alone":
+                budget = opts.completion.context_tokens * CONTEXT_CHARS_PER_TOKEN
+                row["definition_in_chunks"] = sum(bench.definition_in_chunks(t, budget)
+                                                  for t in tasks)
             row["rows"] = rows
             summary[label][system] = row
     return summary
@@ -471,7 +477,29 @@ def _format_cross(table: dict[str, dict[str, dict[str, Any]]]) -> str:
                 lines.append(f"{'':<22} {'  vs alone':<18} {ratio('line_exact'):>6} "
                              f"{ratio('char_prefix_ratio'):>6} {ratio('first_p50_ms'):>10} "
                              f"{ratio('typing_p50_ms'):>9} {ratio('typing_p95_ms'):>9}")
+        lines += _format_split(systems)
     return "\n".join(lines)
+
+
+def _format_split(systems: dict[str, dict[str, Any]]) -> list[str]:
+    """Right first lines where the task's file calls the name elsewhere too (copying from
+    the suffix suffices) and where only the other file shows it (see
+    :func:`fimls.tools.bench.file_calls_elsewhere`)."""
+    alone, opened = systems.get("alone"), systems.get("other files open")
+    if (alone is None or opened is None or "by_file_calls" not in alone
+            or "by_file_calls" not in opened):
+        return []
+    out = []
+    for part, what in (("file", "the file calls it elsewhere"),
+                       ("other", "only the other file shows it")):
+        a, o = alone["by_file_calls"][part], opened["by_file_calls"][part]
+        ratio = f"{o['right'] / a['right']:.2f}x" if a["right"] else "-"
+        out.append(f"{'':<22} {what}: {int(a['n'])} tasks, right alone {int(a['right'])}, "
+                   f"open {int(o['right'])} ({ratio})")
+    if "definition_in_chunks" in opened:
+        out.append(f"{'':<22} the called name's definition among the chunks: "
+                   f"{opened['definition_in_chunks']} of {opened['n']} tasks")
+    return out
 
 
 def _strip_flag(flags: list[str], flag: str) -> list[str]:

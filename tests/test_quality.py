@@ -58,3 +58,45 @@ def test_bench_summary_reports_quality_per_set_and_config() -> None:
     assert q["empty_rate"] == pytest.approx(1 / 3)
     table = format_quality_table(summarize_runs(runs))
     assert "line-exact" in table and "set [m]" in table and "0.667" in table
+
+
+def test_cross_tasks_split_by_whether_the_file_calls_the_name_elsewhere() -> None:
+    """A task whose suffix calls the name again can be answered by copying; the split
+    counts right first lines on each side, and the cli prints both sides' ratio."""
+    from fimls.cli import _format_split
+    from fimls.tools.bench import file_calls_elsewhere, split_by_file_calls
+    from fimls.tools.harness import Task
+
+    copied = Task("a", "from m import convert\nx = ", "\ny = convert(2, rate=1)\n",
+                  "convert(1, rate=1)")
+    qualified = Task("b", "import m\nx = ", "\ny = m.convert(2)\n", "convert(1, rate=1)")
+    other_name = Task("e", "x = ", "\ny = reconvert(2)\nconvert = 1\n", "convert(1)")
+    assert file_calls_elsewhere(qualified) and not file_calls_elsewhere(other_name)
+    only = Task("c", "import m\nx = ", "\nprint(x)\n", "build(x)")
+    assert not file_calls_elsewhere(only)
+    assert not file_calls_elsewhere(Task("d", "", "", "(1, 2)"))
+    rows = [{"task_id": "a", "line_exact": True}, {"task_id": "c", "line_exact": False}]
+    alone = {"by_file_calls": split_by_file_calls(rows, [copied, only])}
+    assert alone["by_file_calls"] == {"file": {"n": 1, "right": 1}, "other": {"n": 1, "right": 0}}
+    rows = [{"task_id": "a", "line_exact": True}, {"task_id": "c", "line_exact": True}]
+    opened = {"by_file_calls": split_by_file_calls(rows, [copied, only])}
+    text = "\n".join(_format_split({"alone": alone, "other files open": opened}))
+    assert "calls it elsewhere: 1 tasks, right alone 1, open 1 (1.00x)" in text
+    assert "other file shows it: 1 tasks, right alone 0, open 1 (-)" in text
+
+
+def test_the_called_names_definition_is_found_among_the_chunks() -> None:
+    """The bench asks the server's own chunk choice whether the target's definition is
+    in it: with the defining file open it is, with only an unrelated file it is not."""
+    from fimls.tools.bench import definition_in_chunks
+    from fimls.tools.harness import Task
+
+    money = ("pkg/money.py", "def convert_amount(value, rate):\n    return value * rate\n")
+    misc = ("pkg/misc.py", "def unrelated(x):\n    return x\n")
+    prefix = "from pkg.money import convert_amount\n\ndef run(v):\n    total = "
+    task = Task("t", prefix, "\n    return total\n", "convert_amount(v, rate=0.5)",
+                path="pkg/app.py", open=(money, misc))
+    assert definition_in_chunks(task, 1536)
+    assert not definition_in_chunks(Task("u", prefix, "\n", task.target, path="pkg/app.py",
+                                         open=(misc,)), 1536)
+    assert not definition_in_chunks(task, 0)

@@ -21,8 +21,10 @@ the user accepts a suggestion character by character, and compares follow-up lat
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
+import re
 import statistics
 import sys
 import time
@@ -452,6 +454,54 @@ def format_suffix_table(label: str, s: dict[str, Any]) -> str:
                  f"answers identical to fresh on {s['same']}/{s['keystrokes']} "
                  f"({s['same_moved']}/{s['moved']} of the moved)")
     return "\n".join(lines)
+
+
+def file_calls_elsewhere(task: Task) -> bool:
+    """Whether a cross-file task's own file calls the task's name outside the target line.
+
+    The task maker puts the cursor before the first call in the file, but later calls
+    in the suffix (and their arguments), qualified ones too, stay visible: the file alone
+    can copy them. Such tasks measure the model's copying; the others are those only the
+    other file's chunks can answer, which is what the chunks are for.
+    """
+    m = re.match(r"[A-Za-z_]\w*", task.target)
+    if m is None:
+        return False
+    call = re.compile(r"(?<!\w)" + re.escape(m.group(0)) + r"\s*\(")
+    return bool(call.search(task.prefix) or call.search(task.suffix))
+
+
+def split_by_file_calls(rows: Sequence[dict[str, Any]], tasks: Sequence[Task],
+                        ) -> dict[str, dict[str, float]]:
+    """First-line matches of ``rows`` (one per task, by ``task_id``) split by
+    :func:`file_calls_elsewhere`: ``{"file": ..., "other": ...}``, each with ``n`` and
+    ``right``."""
+    shown = {t.task_id: file_calls_elsewhere(t) for t in tasks}
+    out = {"file": {"n": 0.0, "right": 0.0}, "other": {"n": 0.0, "right": 0.0}}
+    for r in rows:
+        part = out["file" if shown.get(r["task_id"], False) else "other"]
+        part["n"] += 1
+        part["right"] += float(bool(r["line_exact"]))
+    return out
+
+
+def definition_in_chunks(task: Task, char_budget: int) -> bool:
+    """Whether the chunks the server would choose for a cross-file task's first request
+    (:meth:`fimls.context.ContextStore.select`, the task's other files open, within
+    ``char_budget`` characters) hold the definition of the name the target calls: where
+    they do, a wrong line is the model's, not the retrieval's."""
+    from fimls.context import ContextStore, definitions
+
+    m = re.match(r"[A-Za-z_]\w*", task.target)
+    if m is None or not task.open:
+        return False
+    store = ContextStore()
+    uri = f"file:///{task.path or 'current'}"
+    store.open(uri, task.path, lambda: task.prefix + task.suffix)
+    for path, text in task.open:
+        store.open(f"file:///{path}", path, functools.partial(str, text))
+    chosen = store.select(uri, task.prefix, task.suffix, char_budget)
+    return any(m.group(0) in definitions(c.text) for c in chosen)
 
 
 def lookup_speed(n_tokens: int = 8192, calls: int = 2000, seed: int = 0) -> float:
