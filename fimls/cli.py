@@ -482,9 +482,9 @@ def _format_cross(table: dict[str, dict[str, dict[str, Any]]]) -> str:
 
 
 def _format_split(systems: dict[str, dict[str, Any]]) -> list[str]:
-    """Right first lines where the task's file calls the name elsewhere too (copying from
-    the suffix suffices) and where only the other file shows it (see
-    :func:`fimls.tools.bench.file_calls_elsewhere`)."""
+    """Right first lines where the task's file calls the name elsewhere too (a call the
+    model may copy, where its window reaches it) and where only the other file shows it
+    (see :func:`fimls.tools.bench.file_calls_elsewhere`)."""
     alone, opened = systems.get("alone"), systems.get("other files open")
     if (alone is None or opened is None or "by_file_calls" not in alone
             or "by_file_calls" not in opened):

@@ -460,9 +460,10 @@ def file_calls_elsewhere(task: Task) -> bool:
     """Whether a cross-file task's own file calls the task's name outside the target line.
 
     The task maker puts the cursor before the first call in the file, but later calls
-    in the suffix (and their arguments), qualified ones too, stay visible: the file alone
-    can copy them. Such tasks measure the model's copying; the others are those only the
-    other file's chunks can answer, which is what the chunks are for.
+    in the suffix (and their arguments), qualified ones too, stay in the file: where the
+    window reaches them, the file alone can copy them. Such tasks measure the model's
+    copying; the others are those only the other file's chunks can answer, which is what
+    the chunks are for.
     """
     m = re.match(r"[A-Za-z_]\w*", task.target)
     if m is None:
