@@ -494,8 +494,8 @@ def _format_split(systems: dict[str, dict[str, Any]]) -> list[str]:
                        ("other", "only the other file shows it")):
         a, o = alone["by_file_calls"][part], opened["by_file_calls"][part]
         ratio = f"{o['right'] / a['right']:.2f}x" if a["right"] else "-"
-        out.append(f"{'':<22} {what}: {int(a['n'])} tasks, right alone {int(a['right'])}, "
-                   f"open {int(o['right'])} ({ratio})")
+        out.append(f"{'':<22} {what}: {a['n']} tasks, right alone {a['right']}, "
+                   f"open {o['right']} ({ratio})")
     if "definition_in_chunks" in opened:
         out.append(f"{'':<22} the called name's definition among the chunks: "
                    f"{opened['definition_in_chunks']} of {opened['n']} tasks")

@@ -456,6 +456,12 @@ def format_suffix_table(label: str, s: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _called_name(task: Task) -> str | None:
+    """The name a cross-file task's target calls (its leading identifier)."""
+    m = re.match(r"[A-Za-z_]\w*", task.target)
+    return m.group(0) if m else None
+
+
 def file_calls_elsewhere(task: Task) -> bool:
     """Whether a cross-file task's own file calls the task's name outside the target line.
 
@@ -465,24 +471,24 @@ def file_calls_elsewhere(task: Task) -> bool:
     copying; the others are those only the other file's chunks can answer, which is what
     the chunks are for.
     """
-    m = re.match(r"[A-Za-z_]\w*", task.target)
-    if m is None:
+    name = _called_name(task)
+    if name is None:
         return False
-    call = re.compile(r"(?<!\w)" + re.escape(m.group(0)) + r"\s*\(")
+    call = re.compile(r"(?<!\w)" + re.escape(name) + r"\s*\(")
     return bool(call.search(task.prefix) or call.search(task.suffix))
 
 
 def split_by_file_calls(rows: Sequence[dict[str, Any]], tasks: Sequence[Task],
-                        ) -> dict[str, dict[str, float]]:
+                        ) -> dict[str, dict[str, int]]:
     """First-line matches of ``rows`` (one per task, by ``task_id``) split by
     :func:`file_calls_elsewhere`: ``{"file": ..., "other": ...}``, each with ``n`` and
     ``right``."""
     shown = {t.task_id: file_calls_elsewhere(t) for t in tasks}
-    out = {"file": {"n": 0.0, "right": 0.0}, "other": {"n": 0.0, "right": 0.0}}
+    out = {"file": {"n": 0, "right": 0}, "other": {"n": 0, "right": 0}}
     for r in rows:
         part = out["file" if shown.get(r["task_id"], False) else "other"]
         part["n"] += 1
-        part["right"] += float(bool(r["line_exact"]))
+        part["right"] += bool(r["line_exact"])
     return out
 
 
@@ -493,8 +499,8 @@ def definition_in_chunks(task: Task, char_budget: int) -> bool:
     they do, a wrong line is the model's, not the retrieval's."""
     from fimls.context import ContextStore, definitions
 
-    m = re.match(r"[A-Za-z_]\w*", task.target)
-    if m is None or not task.open:
+    name = _called_name(task)
+    if name is None or not task.open:
         return False
     store = ContextStore()
     uri = f"file:///{task.path or 'current'}"
@@ -502,7 +508,7 @@ def definition_in_chunks(task: Task, char_budget: int) -> bool:
     for path, text in task.open:
         store.open(f"file:///{path}", path, functools.partial(str, text))
     chosen = store.select(uri, task.prefix, task.suffix, char_budget)
-    return any(m.group(0) in definitions(c.text) for c in chosen)
+    return any(name in definitions(c.text) for c in chosen)
 
 
 def lookup_speed(n_tokens: int = 8192, calls: int = 2000, seed: int = 0) -> float:
