@@ -212,7 +212,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     models = [x.strip() for x in (args.models or "").split(",") if x.strip()] or [None]
     total = (sum(len(t) * args.repeats + args.warmup for _, t in sets) * len(configs)
              * len(models))
-    editor_n = args.editor_tasks if args.editor_tasks is not None else (20 if args.peer else 0)
+    editor_n = (args.editor_tasks if args.editor_tasks is not None
+                else (20 if args.peer and not args.cross_set else 0))
     editor_tasks: list[Task] = []
     if editor_n:
         editor_tasks = load_tasks(args.editor_set or args.sets.split(",")[0].strip(),
@@ -222,7 +223,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     cross_tasks: list[Task] = []
     if args.cross_set:
         cross_tasks = load_tasks(args.cross_set, args.cross_tasks)[1]
-        total += len(cross_tasks) * len(models) * 2
+        total += len(cross_tasks) * len(models) * (2 + 2 * bool(args.peer))
     suffix_tasks: list[Task] = []
     if args.suffix_tasks:
         suffix_tasks = load_tasks(args.suffix_set or args.editor_set
@@ -427,7 +428,7 @@ def _cross_bench(args: argparse.Namespace, opts: Options, models: list[str | Non
         logs = (out / f"cross-{label}-alone.jsonl", out / f"cross-{label}-open.jsonl")
         both = peer.run_fimls_paired(serve, tasks, typing=args.cross_typing, latency_logs=logs,
                                      progress=step)
-        for system, rows, log_path in zip(("alone", "other files open"), both, logs,
+        for system, rows, log_path in zip((FIMLS_ALONE, FIMLS_OPEN), both, logs,
                                           strict=True):
             row = peer.summarize_editor(rows)
             log_records = list(read_records(log_path))
@@ -444,48 +445,80 @@ def _cross_bench(args: argparse.Namespace, opts: Options, models: list[str | Non
                                          / max(1, len(recs)))
             row.update(peer.keystroke_costs(rows, log_records))
             row["by_file_calls"] = bench.split_by_file_calls(rows, tasks)
-            if system != "alone":
+            if system != FIMLS_ALONE:
                 budget = opts.completion.context_tokens * CONTEXT_CHARS_PER_TOKEN
                 row["definition_in_chunks"] = sum(bench.definition_in_chunks(t, budget)
                                                   for t in tasks)
             row["rows"] = rows
             summary[label][system] = row
+        if args.peer:
+            # The peer on the same tasks and model file: the file alone, then with the
+            # chunks llama.vim's ring buffer would hold (bench.ring_chunks).
+            path = resolve_model(model)
+            for system, extra in ((PEER_ALONE, None), (PEER_OPEN, bench.ring_chunks)):
+                rows = peer.run_peer(Path(args.peer), path, tasks, typing=args.cross_typing,
+                                     max_tokens=opts.completion.max_tokens,
+                                     threads=opts.model.threads or min(8, os.cpu_count() or 1),
+                                     extra_args=args.peer_args, progress=step, extra=extra)
+                row = peer.summarize_editor(rows)
+                row["by_file_calls"] = bench.split_by_file_calls(rows, tasks)
+                row["rows"] = rows
+                summary[label][system] = row
     return summary
 
 
+# The cross table's systems: fimls serve, then llama-server with --peer.
+FIMLS_ALONE, FIMLS_OPEN = "alone", "other files open"
+PEER_ALONE, PEER_OPEN = "llama-server alone", "llama-server, ring"
+
+
 def _format_cross(table: dict[str, dict[str, dict[str, Any]]]) -> str:
-    """Quality and latency with the other files open against alone."""
+    """Quality and latency with the other files open against alone (each system against
+    itself), and fimls against llama-server where the peer ran."""
+    nan = float("nan")
     head = (f"{'model':<22} {'system':<18} {'line':>6} {'chars':>6} {'first p50':>10} "
             f"{'key p50':>9} {'key p95':>9} {'context':>8} {'memo':>5} {'srv p50':>8} "
             f"{'key eval':>8} {'2nd':>9}")
     lines = [head, "-" * len(head)]
+
+    def ratios(label: str, s: dict[str, Any], a: dict[str, Any]) -> str:
+        def ratio(key: str) -> str:
+            return f"{s[key] / a[key]:.2f}x" if a[key] else "-"
+        return (f"{'':<22} {label:<18} {ratio('line_exact'):>6} "
+                f"{ratio('char_prefix_ratio'):>6} {ratio('first_p50_ms'):>10} "
+                f"{ratio('typing_p50_ms'):>9} {ratio('typing_p95_ms'):>9}")
+
     for model, systems in table.items():
-        alone = systems.get("alone")
         for system, s in systems.items():
             lines.append(f"{model:<22} {system:<18} {s['line_exact']:>6.3f} "
                          f"{s['char_prefix_ratio']:>6.3f} {s['first_p50_ms']:>8.0f}ms "
                          f"{s['typing_p50_ms']:>7.1f}ms {s['typing_p95_ms']:>7.0f}ms "
-                         f"{s['context_tokens_p50']:>8.0f} "
-                         f"{s.get('key_memo_share', float('nan')):>5.2f} "
-                         f"{s.get('key_server_p50_ms', float('nan')):>6.1f}ms "
-                         f"{s.get('key_evaluated_p50', float('nan')):>8.0f} "
-                         f"{s.get('second_share', float('nan')):>4.2f}/"
-                         f"{s.get('second_taken_share', float('nan')):.2f}")
-            if alone is not None and s is not alone:
-                def ratio(key: str, s: dict[str, Any] = s, a: dict[str, Any] = alone) -> str:
-                    return f"{s[key] / a[key]:.2f}x" if a[key] else "-"
-                lines.append(f"{'':<22} {'  vs alone':<18} {ratio('line_exact'):>6} "
-                             f"{ratio('char_prefix_ratio'):>6} {ratio('first_p50_ms'):>10} "
-                             f"{ratio('typing_p50_ms'):>9} {ratio('typing_p95_ms'):>9}")
-        lines += _format_split(systems)
+                         f"{s.get('context_tokens_p50', nan):>8.0f} "
+                         f"{s.get('key_memo_share', nan):>5.2f} "
+                         f"{s.get('key_server_p50_ms', nan):>6.1f}ms "
+                         f"{s.get('key_evaluated_p50', nan):>8.0f} "
+                         f"{s.get('second_share', nan):>4.2f}/"
+                         f"{s.get('second_taken_share', nan):.2f}")
+            base = {FIMLS_OPEN: FIMLS_ALONE, PEER_OPEN: PEER_ALONE}.get(system)
+            if base in systems:
+                lines.append(ratios("  vs alone", s, systems[base]))
+        for label, mine, theirs in (("alone", FIMLS_ALONE, PEER_ALONE),
+                                    ("open", FIMLS_OPEN, PEER_OPEN)):
+            if mine in systems and theirs in systems:
+                lines.append(ratios(f"  {label} vs peer", systems[mine], systems[theirs]))
+        lines += _format_split(systems, FIMLS_ALONE, FIMLS_OPEN, check_chunks=True)
+        if PEER_OPEN in systems:
+            lines.append(f"{'':<22} llama-server:")
+            lines += _format_split(systems, PEER_ALONE, PEER_OPEN)
     return "\n".join(lines)
 
 
-def _format_split(systems: dict[str, dict[str, Any]]) -> list[str]:
+def _format_split(systems: dict[str, dict[str, Any]], alone_key: str, open_key: str,
+                  check_chunks: bool = False) -> list[str]:
     """Right first lines where the task's file calls the name elsewhere too (a call the
     model may copy, where its window reaches it) and where only the other file shows it
     (see :func:`fimls.tools.bench.file_calls_elsewhere`)."""
-    alone, opened = systems.get("alone"), systems.get("other files open")
+    alone, opened = systems.get(alone_key), systems.get(open_key)
     if (alone is None or opened is None or "by_file_calls" not in alone
             or "by_file_calls" not in opened):
         return []
@@ -496,7 +529,7 @@ def _format_split(systems: dict[str, dict[str, Any]]) -> list[str]:
         ratio = f"{o['right'] / a['right']:.2f}x" if a["right"] else "-"
         out.append(f"{'':<22} {what}: {a['n']} tasks, right alone {a['right']}, "
                    f"open {o['right']} ({ratio})")
-    if "definition_in_chunks" in opened:
+    if check_chunks and "definition_in_chunks" in opened:
         out.append(f"{'':<22} the called name's definition among the chunks: "
                    f"{opened['definition_in_chunks']} of {opened['n']} tasks")
     return out

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from fimls.cli import main
 
 MONEY = ("def convert_amount(value: float, rate: float) -> float:\n"
@@ -53,3 +55,32 @@ def test_cross_bench_runs_alone_and_open_side_by_side(tmp_path: Path) -> None:
     first = {s: min(r["ts"] for r in recs) for s, recs in logs.items()}
     last = {s: max(r["ts"] for r in recs) for s, recs in logs.items()}
     assert first["alone"] < first["open"] and last["open"] < last["alone"]
+
+
+def test_cross_bench_with_the_peer_sends_it_the_ring_chunks(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """With --peer the same tasks go to llama-server alone and with llama.vim's ring
+    chunks (input_extra) on the same Qwen model file, and the table compares fimls with it.
+    Skipped where no llama-server is built."""
+    from tests.test_e2e_remote import QWEN, llama_server_binary
+
+    binary = llama_server_binary()
+    if binary is None:
+        pytest.skip("no llama-server built (set FIMLS_LLAMA_SERVER, or build the peer as "
+                    "the README's side-by-side section says)")
+    tasks = tmp_path / "cross.jsonl"
+    tasks.write_text("".join(json.dumps(_task(i)) + "\n" for i in range(2)))
+    out = tmp_path / "bench"
+    assert main(["bench", "--sets", "", "--cross-set", str(tasks), "--cross-tasks", "2",
+                 "--cross-typing", "1", "--max-tokens", "8", "--keystroke-tasks", "0",
+                 "--models", QWEN, "--peer", str(binary), "--out", str(out)]) == 0
+    (sides,) = json.loads((out / "bench.json").read_text())["cross"].values()
+    assert set(sides) == {"alone", "other files open", "llama-server alone",
+                          "llama-server, ring"}
+    for side in ("llama-server alone", "llama-server, ring"):
+        rows = sides[side]["rows"]
+        assert [r["task_id"] for r in rows] == ["t0", "t1"]
+        assert all(len(r["latency_ms"]) == 2 for r in rows)
+        assert sides[side]["by_file_calls"]["other"]["n"] == 2
+    printed = capsys.readouterr().out
+    assert "  open vs peer" in printed and "llama-server, ring" in printed

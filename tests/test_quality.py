@@ -80,7 +80,8 @@ def test_cross_tasks_split_by_whether_the_file_calls_the_name_elsewhere() -> Non
     assert alone["by_file_calls"] == {"file": {"n": 1, "right": 1}, "other": {"n": 1, "right": 0}}
     rows = [{"task_id": "a", "line_exact": True}, {"task_id": "c", "line_exact": True}]
     opened = {"by_file_calls": split_by_file_calls(rows, [copied, only])}
-    text = "\n".join(_format_split({"alone": alone, "other files open": opened}))
+    text = "\n".join(_format_split({"alone": alone, "other files open": opened},
+                                    "alone", "other files open"))
     assert "calls it elsewhere: 1 tasks, right alone 1, open 1 (1.00x)" in text
     assert "other file shows it: 1 tasks, right alone 0, open 1 (-)" in text
 
@@ -100,3 +101,49 @@ def test_the_called_names_definition_is_found_among_the_chunks() -> None:
     assert not definition_in_chunks(Task("u", prefix, "\n", task.target, path="pkg/app.py",
                                          open=(misc,)), 1536)
     assert not definition_in_chunks(task, 0)
+
+
+def test_ring_chunks_are_what_llama_vim_would_hold_at_best() -> None:
+    """The peer's chunks: 33 lines from the called name's definition in the file that
+    defines it (sent last, nearest the cursor's file), the first 33 lines of the others,
+    nothing of a file too small for llama.vim to pick."""
+    from fimls.tools.bench import RING_CHUNK_LINES, ring_chunks
+    from fimls.tools.harness import Task
+
+    body = "".join(f"    x{i} = {i}\n" for i in range(50))
+    money = ("pkg/money.py", "import os\n\n\nasync def convert_amount(v, rate):\n" + body)
+    misc = ("pkg/misc.py", "".join(f"line{i}\n" for i in range(100)))
+    tiny = ("pkg/tiny.py", "A = 1\n")
+    task = Task("t", "x = ", "\n", "convert_amount(v, rate=0.5)", open=(money, misc, tiny))
+    chunks = ring_chunks(task)
+    assert [c["filename"] for c in chunks] == ["pkg/misc.py", "pkg/money.py"]
+    assert chunks[1]["text"].startswith("async def convert_amount(v, rate):\n    x0 = 0\n")
+    assert chunks[1]["text"].count("\n") == RING_CHUNK_LINES
+    assert chunks[0]["text"] == "".join(f"line{i}\n" for i in range(RING_CHUNK_LINES))
+    # A module-level assignment defines a name too; a call of it does not.
+    rate = ("pkg/rates.py", "x = RATE(1)\nimport os\nRATE: float = 0.5\nB = 2\n")
+    (chunk,) = ring_chunks(Task("r", "y = ", "\n", "RATE * 2", open=(rate,)))
+    assert chunk["text"].startswith("RATE: float = 0.5\n")
+
+
+def test_the_cross_table_compares_each_system_with_itself_and_fimls_with_the_peer() -> None:
+    """With the peer's rows the table gives its own open-against-alone ratio, fimls's
+    ratios to it, and its split lines."""
+    from fimls.cli import _format_cross
+
+    def row(line: float, first: float) -> dict[str, object]:
+        return {"line_exact": line, "char_prefix_ratio": line, "first_p50_ms": first,
+                "typing_p50_ms": 2.0, "typing_p95_ms": 9.0, "n": 10,
+                "by_file_calls": {"file": {"n": 4, "right": 2}, "other": {"n": 6, "right": 1}}}
+
+    table = {"m": {"alone": row(0.3, 100.0), "other files open": row(0.45, 200.0),
+                   "llama-server alone": row(0.2, 50.0), "llama-server, ring": row(0.3, 80.0)}}
+    text = _format_cross(table)
+    lines = text.splitlines()
+    vs = [ln.split() for ln in lines if ln.split()[:2] == ["vs", "alone"]]
+    assert [v[2] for v in vs] == ["1.50x", "1.50x"]
+    peer = [ln.split() for ln in lines if "vs peer" in ln]
+    assert [p[:4] for p in peer] == [["alone", "vs", "peer", "1.50x"],
+                                     ["open", "vs", "peer", "1.50x"]]
+    assert peer[1][5] == "2.50x"  # first p50: 200 against 80 ms
+    assert "llama-server:" in text and text.count("only the other file shows it") == 2

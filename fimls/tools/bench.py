@@ -511,6 +511,39 @@ def definition_in_chunks(task: Task, char_budget: int) -> bool:
     return any(name in definitions(c.text) for c in chosen)
 
 
+# llama.vim's ring buffer: a chunk is picked from the ring_chunk_size (64) lines around the
+# cursor, a run of ring_chunk_size / 2 + 1 of them.
+RING_CHUNK_LINES = 33
+
+
+def ring_chunks(task: Task) -> list[dict[str, str]]:
+    """The ``input_extra`` chunks llama.vim would send for a cross-file task, at best.
+
+    llama.vim keeps a ring of chunks picked when the user enters, leaves or saves a buffer:
+    a random run of 33 of the 64 lines around the cursor. Here the user read the called
+    name's definition in the file that defines it, and llama.vim picked the run that
+    starts at the ``def``/``class`` line (of its possible picks, the one that helps most).
+    The cursor never moved from the top of the other open files, so theirs are their
+    first lines. The defining file's chunk comes last, nearest the cursor's file, as it
+    would had the user just come from there.
+    """
+    name = _called_name(task)
+    head = re.compile(r"^[ \t]*(?:async\s+)?(?:def|class)\s+" + re.escape(name or "") + r"\b"
+                      r"|^" + re.escape(name or "") + r"\s*(?::[^=]*)?=", re.M)
+    top: list[dict[str, str]] = []
+    found: list[dict[str, str]] = []
+    for path, text in task.open:
+        lines = text.split("\n")
+        m = head.search(text) if name else None
+        at = text.count("\n", 0, m.start()) if m else 0
+        if len(lines) < 3:  # llama.vim skips very small chunks
+            continue
+        chunk = {"filename": path,
+                 "text": "\n".join(lines[at:at + RING_CHUNK_LINES]) + "\n"}
+        (found if m else top).append(chunk)
+    return top + found
+
+
 def lookup_speed(n_tokens: int = 8192, calls: int = 2000, seed: int = 0) -> float:
     """Microseconds per prompt-lookup proposal over ``n_tokens`` of history (code-like
     token statistics: a few hundred distinct ids, many repeats)."""

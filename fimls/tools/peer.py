@@ -236,9 +236,11 @@ def _post(url: str, body: dict[str, Any], timeout: float = 600.0) -> dict[str, A
 def run_peer(server: Path, model: Path, tasks: Sequence[Task], *, typing: int,
              max_tokens: int, threads: int, extra_args: str = DEFAULT_PEER_ARGS,
              port: int = 0, progress: Callable[[str], None] | None = None,
+             extra: Callable[[Task], list[dict[str, str]]] | None = None,
              ) -> list[dict[str, Any]]:
     """Start ``server`` (llama-server) on ``model`` and ask it as llama.vim would (on
-    ``port``; 0: a free one)."""
+    ``port``; 0: a free one). ``extra`` gives a task's chunks of other files, sent as
+    ``input_extra`` (llama.vim's ring buffer) with each of its requests."""
     if not port:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
@@ -275,9 +277,12 @@ def run_peer(server: Path, model: Path, tasks: Sequence[Task], *, typing: int,
                 body = {"input_prefix": pre, "input_suffix": suf[:PEER_SUFFIX_CHARS],
                         "n_predict": max_tokens, "temperature": 0, "samplers": ["top_k"],
                         "top_k": 1, "cache_prompt": True, "stop": ["\n"]}
+                if extra is not None:
+                    body["input_extra"] = extra(task)
                 if not infill:
                     body = {**body, "prompt": pre}
                     del body["input_prefix"], body["input_suffix"]
+                    body.pop("input_extra", None)
                 t0 = time.perf_counter()
                 try:
                     r = _post(base + ("/infill" if infill else "/completion"), body)
@@ -287,6 +292,7 @@ def run_peer(server: Path, model: Path, tasks: Sequence[Task], *, typing: int,
                     infill = False
                     body = {**body, "prompt": pre}
                     del body["input_prefix"], body["input_suffix"]
+                    body.pop("input_extra", None)
                     t0 = time.perf_counter()
                     r = _post(base + "/completion", body)
                 lat.append((time.perf_counter() - t0) * 1000.0)
