@@ -40,16 +40,8 @@ from fimls.engine.core import (
 )
 from fimls.models import CATALOGUE, resolve_model
 from fimls.prompt import LOCAL_SHARE
-from fimls.tools.harness import close_doc, utf16_len
-from tests.lsp_helpers import (
-    end_position,
-    humaneval,
-    inline,
-    insert,
-    open_doc,
-    read_log,
-    session,
-)
+from fimls.tools.harness import close_doc, load_tasks, utf16_len
+from tests.lsp_helpers import end_position, inline, insert, open_doc, read_log, session
 
 QWEN = CATALOGUE["qwen2.5-coder-0.5b"]
 
@@ -838,9 +830,9 @@ def test_a_first_line_ends_where_ending_it_is_likeliest(engine: Engine,
     line's wins, and both outcomes occur on a few tasks."""
     tol, margin = 0.2, -12.0
     cut = kept = 0
-    for t in humaneval("Single", n=10, stride=11):
-        req = CompletionRequest(uri="file:///l.py", version=1, prefix=t["prefix"],
-                                suffix=t["suffix"], max_tokens=24, speculative="off")
+    for t in load_tasks("humaneval-single", 10, 11)[1]:
+        req = CompletionRequest(uri="file:///l.py", version=1, prefix=t.prefix,
+                                suffix=t.suffix, max_tokens=24, speculative="off")
         prompt = engine.build(req)
         monkeypatch.setattr(core, "END_MARGIN", math.inf)
         engine.reset()
