@@ -170,8 +170,10 @@ class Engine:
         self.nend: dict[int, float] = {}
         # log p(the greedy token's text and a line end, as one token) after each position.
         self.nmerged: dict[int, float] = {}
-        self._end_ids = self._line_end_tokens()
-        self._merged = self._merged_tokens()
+        # Only a FIM first line is cut (see _likelier_end): other templates never read these.
+        fim = self.template.kind == "fim"
+        self._end_ids = self._line_end_tokens() if fim else None
+        self._merged = self._merged_tokens() if fim else {}
         self._fresh_from = 0
         self._evaluated = 0
         # Sorting every token's piece once makes token healing a bisect, not a vocab scan.
@@ -598,6 +600,8 @@ class Engine:
         top = float(logits[tok])
         total = float(np.sum(np.exp(logits - top, dtype=np.float32)))
         self.nprob[pos] = 1.0 / total
+        if self._end_ids is None:
+            return tok
         ends = float(np.sum(np.exp(logits[self._end_ids] - top, dtype=np.float32)))
         self.nend[pos] = float(np.log(max(ends, 1e-30) / total))
         merged = self._merged.get(_before_line_end(self.vocab.text_piece(tok)))
@@ -1185,9 +1189,8 @@ class Engine:
         log-probabilities, then that of a line end, alone or written with the last token
         as one, ``)\n``); the whole line is the last of these places when ``last`` is a
         line end itself, else its tokens' log-probabilities with ``last``'s own."""
-        piece = self.vocab.text_piece(last)
         merged = not (self.vocab.is_eog(last) or last in self.template.stop_ids
-                      or piece[:1] in (b"\n", b"\r"))
+                      or not _before_line_end(self.vocab.text_piece(last)))
         ends = list(st.ends)
         if merged:
             ends.append((st.merged_lp, len(st.gen), len(st.out), len(st.line_probs)))
@@ -1354,15 +1357,14 @@ def _keeps_first_line(st: _Decoding) -> bool:
     """Whether the text kept so far holds the whole first line written (a stop rule may
     have cut it short, at the code after the cursor: then its ends are not the model's)."""
     head = st.out.lstrip(b" \t\r\n")
-    ends = [i for i in (head.find(b"\n"), head.find(b"\r")) if i >= 0]
-    end = len(st.out) - len(head) + (min(ends) if ends else len(head))
+    end = len(st.out) - len(head) + len(_before_line_end(head))
     return len(st.text.encode("utf-8")) >= end
 
 
-def _before_line_end(piece: bytes) -> bytes:
-    """A token's text up to its first line end (all of it when it has none)."""
+def _before_line_end(piece: bytes | bytearray) -> bytes:
+    """Text up to its first line end (all of it when it has none)."""
     cut = [i for i in (piece.find(b"\n"), piece.find(b"\r")) if i >= 0]
-    return piece[:min(cut)] if cut else piece
+    return bytes(piece[:min(cut)] if cut else piece)
 
 
 def _logprob(logits: npt.NDArray[Any], tok: int) -> float:
