@@ -618,7 +618,7 @@ def _passthrough_flags(args: argparse.Namespace) -> list[str]:
             "draftModel", "draftMax", "ngramMax", "isolation", "loadTimeoutS", "cancelGraceMs",
             "workerNice",
             "promptTokens", "maxTimeMs", "idlePrefill", "reuseSuffix", "contextTokens",
-            "secondReading",
+            "secondReading", "otherOpenings",
             "minConfidence", "engine", "engineProtocol", "engineKey", "engineSlot"}
     out: list[str] = []
     for key, flag, _default, _doc in describe():

@@ -47,7 +47,7 @@ def test_defaults() -> None:
         "speculative": "auto",
         "draftModel": None, "draftMax": 8, "ngramMax": 3, "idlePrefill": True,
         "reuseSuffix": True, "contextTokens": 512, "secondReading": True,
-        "minConfidence": 0.5,
+        "otherOpenings": True, "minConfidence": 0.5,
         "latencyLog": None, "logLevel": "INFO",
     }
 
@@ -297,17 +297,22 @@ def test_engine_config_is_derived_from_the_options(tmp_path: Path,
         cost_cache=tmp_path / "cache" / "verify-costs.json")
 
 
-def test_second_reading_reaches_the_request_and_the_bench_servers() -> None:
+@pytest.mark.parametrize(("key", "field", "flag"), [
+    ("secondReading", "second_reading", "--second-reading"),
+    ("otherOpenings", "other_openings", "--other-openings"),
+])
+def test_decoding_switches_reach_the_request_and_the_bench_servers(
+        key: str, field: str, flag: str) -> None:
     from fimls.cli import _passthrough_flags
     from fimls.documents import Pos as DPos
     from fimls.documents import TextDocument
     from fimls.server import FimlsServer
 
-    opts, warnings = apply_dict(Options(), {"secondReading": False})
-    assert warnings == [] and opts.completion.second_reading is False
+    opts, warnings = apply_dict(Options(), {key: False})
+    assert warnings == [] and getattr(opts.completion, field) is False
     ls = FimlsServer(opts, lambda *a, **k: None)  # type: ignore[arg-type,return-value]
     doc = TextDocument(uri="file:///w/a.py", language_id="python", version=1, text="x = ")
-    assert ls.make_request(doc, DPos(0, 4)).second_reading is False
-    args = build_parser().parse_args(["bench", "--second-reading", "false"])
+    assert getattr(ls.make_request(doc, DPos(0, 4)), field) is False
+    args = build_parser().parse_args(["bench", flag, "false"])
     flags = _passthrough_flags(args)
-    assert flags[flags.index("--second-reading") + 1] == "false"
+    assert flags[flags.index(flag) + 1] == "false"

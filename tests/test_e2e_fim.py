@@ -36,6 +36,7 @@ from fimls.engine.core import (
     Engine,
     EngineConfig,
     _before_line_end,
+    _past_forced,
     likelier_end,
 )
 from fimls.models import CATALOGUE, resolve_model
@@ -832,7 +833,8 @@ def test_a_first_line_ends_where_ending_it_is_likeliest(engine: Engine,
     cut = kept = 0
     for t in load_tasks("humaneval-single", 10, 11)[1]:
         req = CompletionRequest(uri="file:///l.py", version=1, prefix=t.prefix,
-                                suffix=t.suffix, max_tokens=24, speculative="off")
+                                suffix=t.suffix, max_tokens=24, speculative="off",
+                                other_openings=False)
         prompt = engine.build(req)
         monkeypatch.setattr(core, "END_MARGIN", math.inf)
         engine.reset()
@@ -871,3 +873,91 @@ def test_a_first_line_ends_where_ending_it_is_likeliest(engine: Engine,
     # The premise: both outcomes occur on these tasks.
     assert kept > 0
     assert cut > 0
+
+
+def _teacher_line_score(engine: Engine, prompt: list[int], gen: list[int],
+                        j: int) -> list[float]:
+    """The log-probability of the line ``gen[j:]`` (its opening token included), after
+    ``prompt`` and ``gen[:j]``, ending at each place after its opening, from one
+    teacher-forced pass: a line end next, or the token before written with its line end
+    as one token (``)`` then ``)\\n``). The first token that holds a line end ends the line:
+    the last place is then that token's own."""
+    m = engine.model
+    m.kv_truncate(0)
+    m.prefill(prompt[:-1], 0, logits_last=False)
+    seq = [prompt[-1], *gen]
+    assert m.decode(seq, len(prompt) - 1, list(range(len(seq))))
+    rows = [np.asarray(m.logits(i), dtype=np.float64) for i in range(len(seq))]
+    engine.reset()
+
+    def norm(lg: np.ndarray) -> float:
+        top = lg.max()
+        return float(top + math.log(float(np.exp(lg - top).sum())))
+
+    path, merged, places = 0.0, -math.inf, []
+    for k in range(j, len(gen)):
+        lg, tok = rows[k], gen[k]
+        if k > j:
+            ends = float(np.logaddexp.reduce(lg[engine._end_ids])) - norm(lg)
+            places.append(float(np.logaddexp(path + ends, merged)))
+        piece = engine.vocab.text_piece(tok)
+        same = engine._merged.get(_before_line_end(piece))
+        merged = (path + float(np.logaddexp.reduce(lg[same])) - norm(lg)) \
+            if same is not None else -math.inf
+        if _before_line_end(piece) != piece:
+            return [*places, merged]
+        path += float(lg[tok]) - norm(lg)
+    lg = rows[len(gen)]
+    ends = float(np.logaddexp.reduce(lg[engine._end_ids])) - norm(lg)
+    return [*places, float(np.logaddexp(path + ends, merged))]
+
+
+def _opening_index(engine: Engine, gen: list[int], forced: bytes) -> int:
+    """The first token of ``gen`` that writes text of its own past the forced text."""
+    for i, tok in enumerate(gen):
+        piece, forced = _past_forced(engine.vocab.text_piece(tok), forced)
+        if piece.strip():
+            return i
+    return len(gen)
+
+
+def test_another_first_token_opens_a_likelier_line(engine: Engine) -> None:
+    """Where the model's opening token (the first with text past indentation) is no surer
+    than the line it opens, the line is also written from the likeliest other opening
+    tokens, and the likeliest line is shown. Checked against the line greedy decoding
+    writes (other openings off), both scored again in one teacher-forced pass each from
+    the opening on: a line opened by another token is shown only where it scores above
+    every place the greedy line could end (within a tolerance for the batched pass's own
+    rounding); it is one line, sharing the greedy line's tokens before the opening;
+    otherwise the greedy suggestion is shown unchanged. Both outcomes occur on these
+    tasks (about half of them take another opening here)."""
+    tol = 0.2
+    taken = kept = 0
+    for t in load_tasks("humaneval-multi", 60, 13)[1][40:52]:
+        req = CompletionRequest(uri="file:///o.py", version=1, prefix=t.prefix,
+                                suffix=t.suffix, max_tokens=24, speculative="off",
+                                other_openings=False)
+        built = engine.build(req)
+        engine.reset()
+        greedy = engine.complete(req, lambda: False)
+        gen = list(engine.prev_gen.get(req.uri, []))
+        engine.reset()
+        shown = engine.complete(replace(req, other_openings=True), lambda: False)
+        shown_gen = list(engine.prev_gen.get(req.uri, []))
+        if shown.record.opening != "taken":
+            assert shown.text == greedy.text
+            kept += shown.record.opening == "kept"
+            continue
+        taken += 1
+        assert shown.record.stop in ("other_opening", "policy", "eog")
+        assert len([ln for ln in shown.text.split("\n") if ln.strip()]) == 1
+        j = _opening_index(engine, gen, built.constraint)
+        assert shown_gen[:j] == gen[:j] and shown_gen[j] != gen[j]
+        first = _teacher_line_score(engine, built.tokens, shown_gen, j)[-1]
+        # The greedy first line's places (up to its first line end).
+        line = next((i + 1 for i in range(j + 1, len(gen))
+                     if _before_line_end(engine.vocab.text_piece(gen[i]))
+                     != engine.vocab.text_piece(gen[i])), len(gen))
+        assert first > max(_teacher_line_score(engine, built.tokens, gen[:line], j)) - tol
+    assert kept > 0
+    assert taken > 0

@@ -248,10 +248,11 @@ class LlamaModel:
         cp.n_threads_batch = nthreads
         # Sequence 1 parks cache entries while new ones are evaluated below them (see
         # park), or holds a branch of sequence 0 (see branch); sequence 2 holds the prompt
-        # read without other files' chunks (the second reading, see fimls.engine.core).
+        # read without other files' chunks (the second reading, see fimls.engine.core);
+        # sequences 3 and 4 hold more branches (the first line's other openings).
         # One unified cache: its n_ctx positions are shared, so sequence 0 may use all of
-        # them when 2 holds nothing.
-        cp.n_seq_max = 3
+        # them when the others hold nothing.
+        cp.n_seq_max = 5
         cp.kv_unified = True
         self._ctx = L.llama_init_from_model(self._model, cp)
         if not self._ctx:
@@ -397,19 +398,19 @@ class LlamaModel:
         """Forget the parked entries (those at positions [p0, p1), by default all)."""
         L.llama_memory_seq_rm(self._mem, 1, p0, p1)
 
-    def branch(self, p: int) -> None:
-        """Make sequence 1 hold sequence 0's first ``p`` positions (the same cells, nothing
-        is copied), so that other tokens can be evaluated after them beside sequence 0's
-        own (see :meth:`take_branch`, :meth:`drop_parked`)."""
-        L.llama_memory_seq_rm(self._mem, 1, -1, -1)
-        L.llama_memory_seq_cp(self._mem, 0, 1, 0, p)
+    def branch(self, p: int, seq: int = 1) -> None:
+        """Make sequence ``seq`` hold sequence 0's first ``p`` positions (the same cells,
+        nothing is copied), so that other tokens can be evaluated after them beside
+        sequence 0's own (see :meth:`take_branch`, :meth:`drop_parked`)."""
+        L.llama_memory_seq_rm(self._mem, seq, -1, -1)
+        L.llama_memory_seq_cp(self._mem, 0, seq, 0, p)
 
-    def take_branch(self, p: int) -> None:
-        """Sequence 0 keeps its first ``p`` positions and takes sequence 1's from ``p`` on;
-        sequence 1 is emptied."""
+    def take_branch(self, p: int, seq: int = 1) -> None:
+        """Sequence 0 keeps its first ``p`` positions and takes sequence ``seq``'s from
+        ``p`` on; sequence ``seq`` is emptied."""
         L.llama_memory_seq_rm(self._mem, 0, p, -1)
-        L.llama_memory_seq_cp(self._mem, 1, 0, p, -1)
-        L.llama_memory_seq_rm(self._mem, 1, -1, -1)
+        L.llama_memory_seq_cp(self._mem, seq, 0, p, -1)
+        L.llama_memory_seq_rm(self._mem, seq, -1, -1)
 
     def can_shift(self) -> bool:
         """Whether the cache supports moving positions (RoPE models with a plain cache)."""
