@@ -949,6 +949,15 @@ def test_another_first_token_opens_a_likelier_line(engine: Engine) -> None:
             kept += shown.record.opening == "kept"
             continue
         taken += 1
+        if taken == 1:
+            # Behind the gate an opening no surer than the threshold is not tried: the
+            # line it opened could only hide the greedy one.
+            engine.reset()
+            gated = engine.complete(replace(req, other_openings=True, min_confidence=0.5,
+                                            uri="file:///o2.py"), lambda: False)
+            assert gated.record.opening != "taken"
+            sure = greedy.record.confidence is None or greedy.record.confidence >= 0.5
+            assert gated.text == (greedy.text if sure else "")
         assert shown.record.stop in ("other_opening", "policy", "eog")
         assert len([ln for ln in shown.text.split("\n") if ln.strip()]) == 1
         j = _opening_index(engine, gen, built.constraint)

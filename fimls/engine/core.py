@@ -406,6 +406,7 @@ class Engine:
         """Forget the KV cache (after an error the cache contents are unknown)."""
         self.model.kv_truncate(0)
         self.model.kv_truncate(0, SECOND_SEQ)
+        self._drop_branches()
         self.kv = []
         self.nxt = []
         self.alt = []
@@ -1356,15 +1357,29 @@ class Engine:
             return stop  # the line's opening was not scored: nothing to compare with
         rec.opening = "kept"
         forced = self._forced_at(st, j)
+        # A line is no surer than its opening token: below the gate's threshold it would
+        # only hide the greedy line, shown or not (the gate reads the first line's least
+        # likely token).
+        floor = score
+        if st.req.min_confidence > 0:
+            floor = max(score, math.log(st.req.min_confidence))
         cands = sorted(((lp, t) for t, lp in first.items()
-                        if t != opening and lp > score and self._opens_line(forced, t)),
+                        if t != opening and lp > floor and self._opens_line(forced, t)),
                        reverse=True)[:OPENINGS]
+        if not cands:
+            return stop
         # Each line opened tries up to about as many tokens as the greedy line has; they
         # must fit the cache beside what it holds.
         steps = max(len(st.gen), 4)
-        if len(self.kv) + len(self.alt) + len(cands) * (steps + 1) + 8 > self.model.n_ctx:
+        if (len(self.kv) + len(self.alt) + len(cands) * (steps + 1) + 8 > self.model.n_ctx
+                or j + 1 >= st.req.max_tokens):
             return stop
-        lines = self._opening_lines(st, n0 + j, cands, score, steps)
+        try:
+            lines = self._opening_lines(st, n0 + j, cands, score, steps)
+        except BaseException:
+            # (a cancel, or a native error: no branch may outlive the request)
+            self._drop_branches()
+            raise
         best = max((o for o in lines if o.best is not None and o.best > score
                     and self._rules_keep(st, j, o)),
                    key=lambda o: o.best if o.best is not None else -math.inf, default=None)
@@ -1415,20 +1430,19 @@ class Engine:
         line is given up once no place it may end can beat ``floor`` or the best line."""
         lines = [_Opening(seq=seq, line=[tok], score=lp0, lp0=lp0)
                  for seq, (lp0, tok) in zip(OPENING_SEQS, cands, strict=False)]
+        j0 = p - (len(st.seq) - len(st.gen))  # the first line's tokens before the opening
         for o in lines:
             self.model.branch(p, o.seq)
         live = list(lines)
         best = floor
         for _ in range(steps):
-            live = [o for o in live if not o.done and len(o.line) < st.req.max_tokens]
+            live = [o for o in live if not o.done and j0 + len(o.line) < st.req.max_tokens]
             if not live:
                 break
             if st.cancelled():
-                self._drop_openings(lines)
                 raise Cancelled
             items = [(o.line[-1], p + len(o.line) - 1, o.seq) for o in live]
             if not self.model.decode_at(items, list(range(len(items)))):
-                self._drop_openings(lines)
                 raise Cancelled
             st.rec.opening_tokens += len(items)
             for i, o in enumerate(live):
@@ -1436,14 +1450,16 @@ class Engine:
                 if o.best is not None:
                     best = max(best, o.best)
             for o in live:
-                if o.score <= best:
-                    o.done = True  # every later end is less likely than the tokens so far
+                if float(np.logaddexp(o.score, o.merged)) <= best:
+                    # every later end is less likely than the tokens so far (or the last
+                    # written with a line end as one)
+                    o.done = True
         return lines
 
-    def _drop_openings(self, lines: list[_Opening]) -> None:
-        """Empty the branches the other openings were written on."""
-        for o in lines:
-            self.model.kv_truncate(0, o.seq)
+    def _drop_branches(self) -> None:
+        """Empty every branch the other openings may be written on."""
+        for seq in OPENING_SEQS:
+            self.model.kv_truncate(0, seq)
 
     def _show_opening(self, st: _Decoding, n0: int, j: int, best: _Opening) -> bool:
         """Show the first line's tokens before ``j`` then the line ``best`` opened (see
@@ -1462,7 +1478,7 @@ class Engine:
         for i, (g, prob, end, merged) in enumerate(preds[:k]):
             self.nxt.append(g)
             self.nprob[p + i], self.nend[p + i], self.nmerged[p + i] = prob, end, merged
-        self._forget_tops(len(self.kv))
+        self._forget_tops(p)  # (those after it were the greedy line's)
         self._fresh_from = min(self._fresh_from, p)
         st.seq, st.gen, st.common = st.seq[:n0], [], n0
         st.out, st.text, st.remaining = bytearray(), "", st.constraint
