@@ -134,7 +134,8 @@ class CompletionOptions:
     other_openings: bool = True
     """FIM models: where the model's first token is no surer than the whole first line it
     opens, the line is also written from the likeliest other first tokens, and the likeliest
-    line is shown (as the whole suggestion). false: greedy decoding alone writes it."""
+    line is shown (as the whole suggestion). Only first tokens likelier than minConfidence
+    are tried: at 0.5 none is. false: greedy decoding alone writes it."""
     min_confidence: float = _opt(0.5, min=0.0, max=1.0)
     """A suggestion whose first line has a token the model gave less than this probability
     is not shown (logged as ``gated``); 0.5 from fimls bench's gate table on real edits.

@@ -762,12 +762,10 @@ def test_likelier_end_picks_the_likeliest_earlier_end_or_keeps_the_line() -> Non
     assert likelier_end([-0.5]) is None and likelier_end([]) is None
 
 
-def _line_end_scores(engine: Engine, prompt: list[int], gen: list[int],
-                     healed: bytes) -> tuple[list[tuple[int, float]], bool]:
-    """(tokens kept, log p(the first line ends there)) for each place after the first line's
-    first text, from one teacher-forced pass over ``prompt + gen``: an independent reading
-    of what the engine scored token by token; and whether ``gen`` ends its first line (a
-    line end token, or nothing after it: the end of generation)."""
+def _teacher_rows(engine: Engine, prompt: list[int], gen: list[int]) -> list[np.ndarray]:
+    """The logits after each of ``prompt[-1], *gen`` from one teacher-forced pass over
+    ``prompt + gen`` on a cleared cache (cleared again after): what the model gives each
+    place, independent of how the engine decoded it."""
     m = engine.model
     m.kv_truncate(0)
     m.prefill(prompt[:-1], 0, logits_last=False)
@@ -775,6 +773,16 @@ def _line_end_scores(engine: Engine, prompt: list[int], gen: list[int],
     assert m.decode(seq, len(prompt) - 1, list(range(len(seq))))
     rows = [np.asarray(m.logits(i), dtype=np.float64) for i in range(len(seq))]
     engine.reset()
+    return rows
+
+
+def _line_end_scores(engine: Engine, prompt: list[int], gen: list[int],
+                     healed: bytes) -> tuple[list[tuple[int, float]], bool]:
+    """(tokens kept, log p(the first line ends there)) for each place after the first line's
+    first text, from one teacher-forced pass over ``prompt + gen``: an independent reading
+    of what the engine scored token by token; and whether ``gen`` ends its first line (a
+    line end token, or nothing after it: the end of generation)."""
+    rows = _teacher_rows(engine, prompt, gen)
     out, path, merged = b"", 0.0, -math.inf
     scores: list[tuple[int, float]] = []
     rest = healed
@@ -882,13 +890,7 @@ def _teacher_line_score(engine: Engine, prompt: list[int], gen: list[int],
     teacher-forced pass: a line end next, or the token before written with its line end
     as one token (``)`` then ``)\\n``). The first token that holds a line end ends the line:
     the last place is then that token's own."""
-    m = engine.model
-    m.kv_truncate(0)
-    m.prefill(prompt[:-1], 0, logits_last=False)
-    seq = [prompt[-1], *gen]
-    assert m.decode(seq, len(prompt) - 1, list(range(len(seq))))
-    rows = [np.asarray(m.logits(i), dtype=np.float64) for i in range(len(seq))]
-    engine.reset()
+    rows = _teacher_rows(engine, prompt, gen)
 
     def norm(lg: np.ndarray) -> float:
         top = lg.max()
