@@ -763,9 +763,9 @@ def test_likelier_end_picks_the_likeliest_earlier_end_or_keeps_the_line() -> Non
 
 
 def _teacher_rows(engine: Engine, prompt: list[int], gen: list[int]) -> list[np.ndarray]:
-    """The logits after each of ``prompt[-1], *gen`` from one teacher-forced pass over
-    ``prompt + gen`` on a cleared cache (cleared again after): what the model gives each
-    place, independent of how the engine decoded it."""
+    """The log-probabilities after each of ``prompt[-1], *gen`` from one teacher-forced pass
+    over ``prompt + gen`` on a cleared cache (cleared again after): what the model gives
+    each place, independent of how the engine decoded it."""
     m = engine.model
     m.kv_truncate(0)
     m.prefill(prompt[:-1], 0, logits_last=False)
@@ -773,7 +773,7 @@ def _teacher_rows(engine: Engine, prompt: list[int], gen: list[int]) -> list[np.
     assert m.decode(seq, len(prompt) - 1, list(range(len(seq))))
     rows = [np.asarray(m.logits(i), dtype=np.float64) for i in range(len(seq))]
     engine.reset()
-    return rows
+    return [lg - np.logaddexp.reduce(lg) for lg in rows]
 
 
 def _line_end_scores(engine: Engine, prompt: list[int], gen: list[int],
@@ -788,8 +788,6 @@ def _line_end_scores(engine: Engine, prompt: list[int], gen: list[int],
     rest = healed
     for k, tok in enumerate(gen):
         lg = rows[k]
-        top = lg.max()
-        norm = top + math.log(float(np.exp(lg - top).sum()))
         piece = engine.vocab.text_piece(tok)
         if rest:  # forced text: not the model's choice, not scored
             take = min(len(rest), len(piece))
@@ -804,25 +802,22 @@ def _line_end_scores(engine: Engine, prompt: list[int], gen: list[int],
             if b"\n" in piece.lstrip(b"\r\n") or b"\r" in piece.lstrip(b"\r\n"):
                 return scores, True
             continue
-        ends = float(np.logaddexp.reduce(lg[engine._end_ids])) - norm
+        ends = float(np.logaddexp.reduce(lg[engine._end_ids]))
         here = float(np.logaddexp(path + ends, merged))
         if out.strip():
             scores.append((k, here))
         if piece[:1] in (b"\n", b"\r") and out.strip():
             return scores, True
         same = engine._merged.get(_before_line_end(piece))
-        merged = (path + float(np.logaddexp.reduce(lg[same])) - norm) if same is not None \
+        merged = (path + float(np.logaddexp.reduce(lg[same]))) if same is not None \
             else -math.inf
-        path += float(lg[tok]) - norm
+        path += float(lg[tok])
         out += piece
         if (b"\n" in piece or b"\r" in piece) and out.strip():
             scores.append((k + 1, merged))
             return scores, True
     # No line end among the tokens: the first line ends where generation did.
-    lg = rows[len(gen)]
-    top = lg.max()
-    norm = top + math.log(float(np.exp(lg - top).sum()))
-    ends = float(np.logaddexp.reduce(lg[engine._end_ids])) - norm
+    ends = float(np.logaddexp.reduce(rows[len(gen)][engine._end_ids]))
     scores.append((len(gen), float(np.logaddexp(path + ends, merged))))
     return scores, False
 
@@ -891,26 +886,20 @@ def _teacher_line_score(engine: Engine, prompt: list[int], gen: list[int],
     as one token (``)`` then ``)\\n``). The first token that holds a line end ends the line:
     the last place is then that token's own."""
     rows = _teacher_rows(engine, prompt, gen)
-
-    def norm(lg: np.ndarray) -> float:
-        top = lg.max()
-        return float(top + math.log(float(np.exp(lg - top).sum())))
-
     path, merged, places = 0.0, -math.inf, []
     for k in range(j, len(gen)):
         lg, tok = rows[k], gen[k]
         if k > j:
-            ends = float(np.logaddexp.reduce(lg[engine._end_ids])) - norm(lg)
+            ends = float(np.logaddexp.reduce(lg[engine._end_ids]))
             places.append(float(np.logaddexp(path + ends, merged)))
         piece = engine.vocab.text_piece(tok)
         same = engine._merged.get(_before_line_end(piece))
-        merged = (path + float(np.logaddexp.reduce(lg[same])) - norm(lg)) \
+        merged = (path + float(np.logaddexp.reduce(lg[same]))) \
             if same is not None else -math.inf
         if _before_line_end(piece) != piece:
             return [*places, merged]
-        path += float(lg[tok]) - norm(lg)
-    lg = rows[len(gen)]
-    ends = float(np.logaddexp.reduce(lg[engine._end_ids])) - norm(lg)
+        path += float(lg[tok])
+    ends = float(np.logaddexp.reduce(rows[len(gen)][engine._end_ids]))
     return [*places, float(np.logaddexp(path + ends, merged))]
 
 
