@@ -3,9 +3,19 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
+
+import pytest
 
 from fimls.tools.harness import Task
-from fimls.tools.peer import _row, format_side_by_side, keystroke_costs, summarize_editor
+from fimls.tools.peer import (
+    PeerCrashed,
+    _row,
+    format_side_by_side,
+    keystroke_costs,
+    run_peer,
+    summarize_editor,
+)
 
 
 def task(target: str) -> Task:
@@ -69,3 +79,19 @@ def test_keystroke_costs_come_from_the_servers_log_in_request_order() -> None:
     assert got["key_evaluated_p50"] == 12  # only the typed character the model answered
     nan = keystroke_costs(rows, log[:-1])  # a record missing: no guess
     assert all(v != v for v in nan.values())
+
+
+@pytest.mark.parametrize(("signal_name", "wrong_cpu"), [("ILL", True), ("SEGV", False)])
+def test_a_peer_that_dies_says_whether_it_was_built_for_another_cpu(
+        tmp_path: Path, signal_name: str, wrong_cpu: bool) -> None:
+    """A llama-server from a cache shared between machines can carry instructions this CPU
+    lacks: it dies of SIGILL, which the bench names (the tests then skip); any other death
+    stays an error."""
+    server = tmp_path / "llama-server"
+    server.write_text(f"#!/bin/sh\nkill -{signal_name} $$\n")
+    server.chmod(0o755)
+    with pytest.raises(PeerCrashed) as caught:
+        run_peer(server, tmp_path / "model.gguf", [task("return x\n")], typing=0,
+                 max_tokens=4, threads=1)
+    assert caught.value.wrong_cpu is wrong_cpu
+    assert ("built for another CPU" in str(caught.value)) is wrong_cpu

@@ -19,9 +19,11 @@ match, character-prefix ratio and empty answers, and fimls's ratios to the peer.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shlex
+import signal
 import socket
 import subprocess
 import tempfile
@@ -233,6 +235,23 @@ def _post(url: str, body: dict[str, Any], timeout: float = 600.0) -> dict[str, A
         return out
 
 
+class PeerCrashed(RuntimeError):
+    """llama-server died under the bench. ``wrong_cpu``: it died of SIGILL, the mark of a
+    binary built (``GGML_NATIVE``, the default) on a machine whose CPU has instructions this
+    one lacks, as a cache directory shared between machines can hand out."""
+
+    def __init__(self, returncode: int, log: str) -> None:
+        self.returncode = returncode
+        hint = (": SIGILL, built for another CPU (rebuild it on this machine, or with "
+                "-DGGML_NATIVE=OFF)" if self.wrong_cpu else "")
+        super().__init__(f"llama-server exited ({returncode}){hint}; see {log}")
+
+    @property
+    def wrong_cpu(self) -> bool:
+        """Whether the binary cannot run on this CPU at all (not a bug in either program)."""
+        return self.returncode == -signal.SIGILL
+
+
 def run_peer(server: Path, model: Path, tasks: Sequence[Task], *, typing: int,
              max_tokens: int, threads: int, extra_args: str = DEFAULT_PEER_ARGS,
              port: int = 0, progress: Callable[[str], None] | None = None,
@@ -252,11 +271,25 @@ def run_peer(server: Path, model: Path, tasks: Sequence[Task], *, typing: int,
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=fd)
     os.close(fd)
     base = f"http://127.0.0.1:{port}"
+
+    def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return _post(base + path, body)
+        except urllib.error.HTTPError:
+            raise
+        except OSError:
+            # A binary built for another CPU can pass its start and die at its first batch.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
+            if proc.returncode is None:
+                raise
+            raise PeerCrashed(proc.returncode, err_name) from None
+
     try:
         deadline = time.monotonic() + 600
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"llama-server exited ({proc.returncode}); see {err_name}")
+                raise PeerCrashed(proc.returncode, err_name)
             try:
                 with urllib.request.urlopen(base + "/health", timeout=2) as r:
                     if json.loads(r.read()).get("status") == "ok":
@@ -285,7 +318,7 @@ def run_peer(server: Path, model: Path, tasks: Sequence[Task], *, typing: int,
                     body.pop("input_extra", None)
                 t0 = time.perf_counter()
                 try:
-                    r = _post(base + ("/infill" if infill else "/completion"), body)
+                    r = post("/infill" if infill else "/completion", body)
                 except urllib.error.HTTPError:
                     if not infill:
                         raise
@@ -294,7 +327,7 @@ def run_peer(server: Path, model: Path, tasks: Sequence[Task], *, typing: int,
                     del body["input_prefix"], body["input_suffix"]
                     body.pop("input_extra", None)
                     t0 = time.perf_counter()
-                    r = _post(base + "/completion", body)
+                    r = post("/completion", body)
                 lat.append((time.perf_counter() - t0) * 1000.0)
                 if k == 0:
                     first = str(r.get("content", ""))
