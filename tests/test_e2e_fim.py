@@ -794,8 +794,11 @@ def _line_end_scores(engine: Engine, prompt: list[int], gen: list[int],
             rest, piece = rest[take:], piece[take:]
             out += piece
             continue
-        if tok != int(np.argmax(lg)):
+        top = int(np.argmax(lg))
+        if tok != top and not out and engine.vocab.text_piece(top)[:1] in (b"\n", b"\r"):
             # Chosen by a rule (no leading newline): the engine scores from the next place.
+            # (Any other difference is this batched pass's rounding at a near tie, which
+            # differs between CPUs' kernels: the engine chose the token greedily.)
             scores.clear()
             path, merged = 0.0, -math.inf
             out += piece
