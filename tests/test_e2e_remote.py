@@ -31,7 +31,7 @@ from fimls.engine.api import CompletionRequest
 from fimls.engine.core import Engine, EngineConfig
 from fimls.models import resolve_model
 from fimls.quality import score
-from fimls.tools.peer import PeerCrashed, _post
+from fimls.tools.peer import PeerCrashed, post_json
 from tests.lsp_helpers import (
     end_position,
     humaneval,
@@ -256,14 +256,14 @@ def llama_server(tmp_path: Path) -> Iterator[str]:
             wait_http(url + "/health", proc)
             # One token through every kernel: a binary built on a machine with other
             # instructions (a shared cache) dies of SIGILL here, not at its start.
-            _post(url + "/completion", {"prompt": "def f(", "n_predict": 1}, timeout=120)
+            post_json(url + "/completion", {"prompt": "def f(", "n_predict": 1}, timeout=120)
         except (RuntimeError, OSError):
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(10)
-            if proc.returncode is not None and (
-                    crash := PeerCrashed(proc.returncode, str(tmp_path / "llama-server.log"))
-            ).wrong_cpu:
-                pytest.skip(str(crash))
+            if proc.returncode is not None:
+                crash = PeerCrashed(proc.returncode, str(tmp_path / "llama-server.log"))
+                if crash.wrong_cpu:
+                    pytest.skip(str(crash))
             raise
         yield url
     finally:

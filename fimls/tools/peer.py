@@ -227,7 +227,8 @@ def run_fimls_paired(serve_args: list[str], tasks: Sequence[Task], *, typing: in
     return asyncio.run(_paired_session(serve_args, tasks, typing, latency_logs, progress))
 
 
-def _post(url: str, body: dict[str, Any], timeout: float = 600.0) -> dict[str, Any]:
+def post_json(url: str, body: dict[str, Any], timeout: float = 600.0) -> dict[str, Any]:
+    """POST ``body`` as JSON to ``url`` and return the JSON answer (llama-server's API)."""
     req = urllib.request.Request(url, data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=timeout) as r:
@@ -274,7 +275,7 @@ def run_peer(server: Path, model: Path, tasks: Sequence[Task], *, typing: int,
 
     def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
         try:
-            return _post(base + path, body)
+            return post_json(base + path, body)
         except urllib.error.HTTPError:
             raise
         except OSError:
