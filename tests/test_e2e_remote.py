@@ -62,8 +62,10 @@ def wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float = 180.0,
             with urllib.request.urlopen(url, timeout=2, context=context) as r:
                 if r.status == 200:
                     return
-        except urllib.error.HTTPError:
-            return  # it answers (with an error: an API key is asked for)
+        except urllib.error.HTTPError as e:
+            if e.code != 503:
+                return  # it answers (with an error: an API key is asked for)
+            time.sleep(0.3)  # llama-server answers 503 while it loads the model
         except OSError:
             time.sleep(0.3)
     raise RuntimeError(f"{url} did not answer within {timeout} s")
