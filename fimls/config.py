@@ -131,11 +131,6 @@ class CompletionOptions:
     them, and where that reading writes another first line, the line the prompt with the
     chunks finds more likely is shown. Only where the second reading costs at most what
     the request costs anyway. false: the prompt with the chunks alone writes the line."""
-    other_openings: bool = True
-    """FIM models: where the model's first token is no surer than the whole first line it
-    opens, the line is also written from the likeliest other first tokens, and the likeliest
-    line is shown (as the whole suggestion). Only first tokens likelier than minConfidence
-    are tried: at 0.5 none is. false: greedy decoding alone writes it."""
     min_confidence: float = _opt(0.5, min=0.0, max=1.0)
     """A suggestion whose first line has a token the model gave less than this probability
     is not shown (logged as ``gated``); 0.5 from fimls bench's gate table on real edits.

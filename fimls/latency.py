@@ -56,11 +56,6 @@ class LatencyRecord:
     # Tokens of the first line cut off because ending it earlier was likelier (stop
     # "likelier_end"; see fimls.engine.core); 0: not cut.
     line_cut: int = 0
-    # The first line's other openings (see fimls.engine.core): "kept" (the greedy line was
-    # the likeliest), "taken" (a line opened by another first token was likelier: shown,
-    # stop "other_opening"), "" (not compared); and the tokens evaluated writing them.
-    opening: str = ""
-    opening_tokens: int = 0
     generated_tokens: int = 0
     drafted_tokens: int = 0
     accepted_tokens: int = 0

@@ -400,8 +400,7 @@ class FimlsServer(LanguageServer):
                                  neighbors=self._neighbor_texts(doc),
                                  context=self._context_for(doc, pos, prefix, suffix, idle=idle),
                                  context_tokens=c.context_tokens,
-                                 second_reading=c.second_reading,
-                                 other_openings=c.other_openings)
+                                 second_reading=c.second_reading)
 
     def _context_for(self, doc: TextDocument, pos: Pos, prefix: str, suffix: str, *,
                      idle: bool, near: tuple[int, int] = (NEAR_BEFORE, NEAR_AFTER),

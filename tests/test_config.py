@@ -47,7 +47,7 @@ def test_defaults() -> None:
         "speculative": "auto",
         "draftModel": None, "draftMax": 8, "ngramMax": 3, "idlePrefill": True,
         "reuseSuffix": True, "contextTokens": 512, "secondReading": True,
-        "otherOpenings": True, "minConfidence": 0.5,
+        "minConfidence": 0.5,
         "latencyLog": None, "logLevel": "INFO",
     }
 
@@ -299,7 +299,6 @@ def test_engine_config_is_derived_from_the_options(tmp_path: Path,
 
 @pytest.mark.parametrize(("key", "field", "flag"), [
     ("secondReading", "second_reading", "--second-reading"),
-    ("otherOpenings", "other_openings", "--other-openings"),
 ])
 def test_decoding_switches_reach_the_request_and_the_bench_servers(
         key: str, field: str, flag: str) -> None:

@@ -28,7 +28,7 @@ DOCUMENTED = {"ts", "uri", "version", "queue_ms", "prompt_ms", "ttft_ms", "decod
 # context_sources names kinds of chunks ("definition:2"), never their text; second_line
 # says what the second reading came to ("same", "kept", "taken"), never the line.
 STRING_FIELDS = {"uri", "request_id", "draft", "outcome", "model", "stop", "error",
-                 "context_sources", "second_line", "opening"}
+                 "context_sources", "second_line"}
 
 
 def record(**kw: Any) -> LatencyRecord:

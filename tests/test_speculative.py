@@ -63,10 +63,7 @@ def _generate(engine: Engine, task: dict[str, str], mode: str,
     engine.prev_gen.clear()
     engine.model.decode_log = calls
     req = CompletionRequest(uri="file:///t.py", version=1, prefix=task["prefix"],
-                            suffix=task["suffix"], max_tokens=48, speculative=mode,
-                            # Other openings decode on branch sequences the replay below
-                            # does not rebuild; they are a choice made after decoding.
-                            other_openings=False)
+                            suffix=task["suffix"], max_tokens=48, speculative=mode)
     try:
         res = engine.complete(req, lambda: False)
     finally:

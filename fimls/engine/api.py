@@ -50,7 +50,6 @@ class CompletionRequest:
     context: list[ContextChunk] = field(default_factory=list)
     context_tokens: int = CompletionOptions.context_tokens
     second_reading: bool = CompletionOptions.second_reading  # see the option secondReading
-    other_openings: bool = CompletionOptions.other_openings  # see the option otherOpenings
     # Idle work, no answer: "open" evaluates the opening of the document in ``prefix``
     # (the cursor is unknown), "cursor" the prompt at this cursor, "next" also generates
     # the suggestion here and remembers it (the prefix ends with the one shown: prefetch).

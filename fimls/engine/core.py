@@ -83,14 +83,6 @@ SECOND_FREE_SECONDS = 0.25
 # A first line is cut where the model finds ending it likelier than the whole greedy line,
 # by at least this many nats (0: plain maximum likelihood over the greedy line's ends).
 END_MARGIN = 0.0
-# The first line's other openings (see Engine._other_openings): how many of the likeliest
-# opening tokens the line is written again from; how many of the likeliest tokens are kept
-# (with their log-probabilities) at each of the first OPENING_REACH places after a prompt
-# (the opening token, its first text, may follow indentation or forced text).
-OPENINGS = 3
-OPENINGS_TOP = 16
-OPENING_REACH = 4
-OPENING_SEQS = (1, 3, 4)  # the cache sequences their lines are written in (see LlamaModel)
 
 
 class Cancelled(Exception):
@@ -131,9 +123,8 @@ class _Decoding:
     ends: list[tuple[float, int, int, int]] = field(default_factory=list)
     line_lp: float = 0.0
     # Where in ``gen`` the first line's scoring (``ends``, ``line_lp``) starts (-1: not
-    # started), and the score of the first line as it is shown, from there (None: unknown).
+    # started).
     score_from: int = -1
-    line_score: float | None = None
     # log p(the line ends right after the last token, written as one token with its line
     # end: ``)`` then ``)\n``), from the step that chose it.
     merged_lp: float = -math.inf
@@ -151,44 +142,6 @@ class SecondLine:
     first_logp: float
     second_logp: float
     outcome: str  # the record's second_line: "same", "kept" or "taken"
-
-
-@dataclass(kw_only=True)
-class _Opening:
-    """A first line opened by another token (see Engine._other_openings), being written."""
-
-    seq: int  # the cache sequence it is written in
-    line: list[int]  # its tokens so far
-    score: float  # their log-probability
-    lp0: float  # its opening token's
-    merged: float = -math.inf  # log p(the last token written with a line end as one)
-    best: float | None = None  # the likeliest place to end it so far, and its tokens
-    keep: int = 1
-    preds: list[tuple[int, float, float, float]] = field(default_factory=list)
-    done: bool = False
-
-    def step(self, engine: Engine, nxt: tuple[int, float, float, float]) -> None:
-        """Take the step after the last token (what :meth:`Engine._scores` computed): the
-        line ending here, or its next token."""
-        self.preds.append(nxt)
-        g, prob, end, merged_next = nxt
-        # The line ending here: a line end next, or the last token written with one.
-        here = float(np.logaddexp(self.score + end, self.merged))
-        if self.best is None or here >= self.best:  # (ties keep the longer line)
-            self.best, self.keep = here, len(self.line)
-        if g in engine._end_set or engine.vocab.is_eog(g) or g in engine.template.stop_ids:
-            self.done = True
-            return
-        self.merged = self.score + merged_next
-        piece = engine.vocab.text_piece(g)
-        self.line.append(g)
-        if len(_before_line_end(piece)) < len(piece):
-            # ``g`` writes its text and the line's end as one token (``))\n``).
-            if self.merged >= self.best:
-                self.best, self.keep = self.merged, len(self.line)
-            self.done = True
-            return
-        self.score += math.log(max(prob, 1e-30))
 
 
 class Engine:
@@ -220,12 +173,6 @@ class Engine:
         self.nend: dict[int, float] = {}
         # log p(the greedy token's text and a line end, as one token) after each position.
         self.nmerged: dict[int, float] = {}
-        # The likeliest tokens after the prompt's last position and the few after it, for
-        # the first line's other openings: position -> (greedy token, tokens, their
-        # log-probabilities), computed by _greedy_at from ``_top_pos`` on (FIM engines),
-        # forgotten when the cache loses the position (_forget_tops).
-        self._top_pos = -1
-        self._tops: dict[int, tuple[int, npt.NDArray[np.int64], npt.NDArray[np.float64]]] = {}
         # Only a FIM first line is cut (see _likelier_end): other templates never read these.
         fim = self.template.kind == "fim"
         self._end_ids = self._line_end_tokens() if fim else None
@@ -406,14 +353,12 @@ class Engine:
         """Forget the KV cache (after an error the cache contents are unknown)."""
         self.model.kv_truncate(0)
         self.model.kv_truncate(0, SECOND_SEQ)
-        self._drop_branches()
         self.kv = []
         self.nxt = []
         self.alt = []
         self.nprob.clear()
         self.nend.clear()
         self.nmerged.clear()
-        self._tops.clear()
         self.memo = SuggestionMemo()
 
     # -- prompt -------------------------------------------------------------------------
@@ -599,7 +544,6 @@ class Engine:
         self._fresh_from = min(self._fresh_from, common)
         self.kv = list(tokens)
         self.nxt = self.nxt[:common] + [None] * (n - common)
-        self._forget_tops(common)
         self.nxt[n - 1] = self._greedy_at(n - 1, self.model.logits(0))
         rec.shifted_tokens = length - fresh
         rec.prompt_ms = (time.perf_counter() - t0) * 1000.0
@@ -612,7 +556,6 @@ class Engine:
             self.model.kv_truncate(n)
             del self.kv[n:]
             del self.nxt[n:]
-            self._forget_tops(n)
 
     def _evaluate(self, seq: list[int], common: int, chunk: int | None = None) -> None:
         """Make the cache hold exactly ``seq`` with logits at its last position (in
@@ -663,19 +606,7 @@ class Engine:
         if self._end_ids is None:
             return tok
         self.nend[pos], self.nmerged[pos] = end, merged
-        if 0 <= pos - self._top_pos < OPENING_REACH:
-            top = float(logits[tok])
-            total = float(np.sum(np.exp(logits - top, dtype=np.float32)))
-            ids = np.argpartition(logits, -OPENINGS_TOP)[-OPENINGS_TOP:].astype(np.int64)
-            lps = logits[ids].astype(np.float64) - top - math.log(total)
-            self._tops[pos] = (tok, ids, lps)
         return tok
-
-    def _forget_tops(self, n: int) -> None:
-        """Drop the kept likeliest tokens at positions ``n`` and after (the cache no longer
-        holds what they were computed from)."""
-        for pos in [p for p in self._tops if p >= n]:
-            del self._tops[pos]
 
     def _scores(self, logits: npt.NDArray[np.float32]) -> tuple[int, float, float, float]:
         """The greedy token, its probability, and (FIM engines) log p(the line ends here)
@@ -712,7 +643,6 @@ class Engine:
             a += 1
         self.kv.extend(batch[:a + 1])
         self.nxt.extend(preds[:a + 1])
-        self._forget_tops(n + a)  # (computed after draft tokens that were not kept)
         # Roll the cache back past the first disagreement.
         self.model.kv_truncate(n + a)
         return a
@@ -975,7 +905,6 @@ class Engine:
                 # Forced (healed) text is the user's, not the model's guess: not counted.
                 st.line_probs.append(self.nprob.get(at, 1.0))
             stop = self._emit(st, tok)
-            first_line = not st.line_done
             if not st.line_done:
                 st.line_done = _line_ended(st.out)
                 if (st.ends and (st.line_done or rec.stop == "eog")
@@ -989,11 +918,6 @@ class Engine:
                 stop = (self._second_line(st, stop) if st.line_done or rec.stop == "eog"
                         else stop)
                 st.alt = None
-            if (first_line and st.line_score is not None and rec.second_line != "taken"
-                    and (st.line_done or rec.stop in ("eog", "likelier_end"))):
-                # The first line is written and scored: other first tokens may open a
-                # likelier one.
-                stop = self._other_openings(st, stop)
             if stop:
                 break
         rec.generated_tokens = len(st.gen)
@@ -1024,9 +948,6 @@ class Engine:
         tokens, constraint = prompt.tokens, prompt.constraint
         if spec and self.template.kind == "continuation":
             tokens, constraint = self._align_with_path(prompt)
-        # The first token's alternatives are kept where the prompt's last position is
-        # computed (see _other_openings).
-        self._top_pos = len(tokens) - 1
         rec.prompt_tokens = len(tokens)
         rec.context_tokens = prompt.context_tokens
         rec.context_sources = prompt.context_sources
@@ -1199,7 +1120,6 @@ class Engine:
         del self.nxt[p:]
         self.kv += [st.seq[p], *second[at:-1]]
         self.nxt += preds
-        self._forget_tops(len(self.kv))
         self._fresh_from = min(self._fresh_from, p)
         st.seq, st.gen, st.common = st.seq[:n0], [], n0
         st.out, st.text, st.remaining = bytearray(), "", st.constraint
@@ -1295,9 +1215,8 @@ class Engine:
             return False  # the line's own end was not scored: nothing to compare with
         best = likelier_end([e[0] for e in ends])
         if best is None:
-            st.line_score = ends[-1][0]
             return False
-        st.line_score, n_gen, n_out, n_probs = ends[best]
+        _, n_gen, n_out, n_probs = ends[best]
         cut = len(st.gen) - n_gen
         st.rec.line_cut = cut
         if cut > 0:
@@ -1308,199 +1227,6 @@ class Engine:
         del st.line_probs[n_probs:]
         st.text = st.out.decode("utf-8", "ignore")
         st.rec.stop = "likelier_end"
-        return True
-
-    def _other_openings(self, st: _Decoding, stop: bool) -> bool:
-        """Write the first line again from the likeliest other first tokens, and show the
-        likeliest of the lines (the first line is then the whole suggestion). Returns
-        whether the request stops (as ``stop`` said, or because another line is shown).
-
-        Greedy decoding commits to its first token: where the model wavers between two
-        names, the one a little likelier alone may open a line much less likely as a
-        whole (``hasattr(sys, "getframe"):`` where anyio has ``install_lazy_importer():``,
-        which the other file's chunk makes near certain once its first token is chosen).
-        A line can be no likelier than its first token, so only first tokens likelier than
-        the whole greedy line are tried, and each line is given up as soon as its tokens
-        so far are less likely than the best line: most end after a step or two. They
-        are written greedily, each on its own branch of the cache, all in one batch a step,
-        for at most as many steps as the greedy line has tokens (4 at least), and scored
-        like the greedy line (at their likeliest end, see :meth:`_likelier_end`). The
-        opening is the line's first token with text of its own: after indentation, the
-        lines compared share the tokens before it.
-        """
-        rec = st.rec
-        n0 = len(st.seq) - len(st.gen)
-        if not st.req.other_openings or st.line_score is None:
-            return stop
-        # The opening: the first token that writes text of the line's own (after forced
-        # text and indentation). The lines compared share the tokens before it.
-        remaining, j = st.constraint, -1
-        for i, tok in enumerate(st.gen[:OPENING_REACH]):
-            piece, remaining = _past_forced(self.vocab.text_piece(tok), remaining)
-            if piece.strip():
-                j = i
-                break
-        at = n0 + j - 1  # the position whose logits chose the opening
-        top = self._tops.get(at)
-        if (j < 0 or top is None or remaining or self.kv[:n0 + j] != st.seq[:n0 + j]
-                or top[0] != self.nxt[at]):
-            return stop
-        first = {int(t): float(lp) for t, lp in zip(top[1], top[2], strict=True)}
-        opening = st.gen[j]
-        if 0 <= st.score_from <= j:
-            # (the tokens before the opening are the same in every line compared)
-            score = st.line_score - sum(math.log(max(self.nprob.get(n0 + i - 1, 1.0), 1e-30))
-                                        for i in range(st.score_from, j))
-        elif st.score_from == j + 1 and opening in first:
-            score = first[opening] + st.line_score
-        else:
-            return stop  # the line's opening was not scored: nothing to compare with
-        rec.opening = "kept"
-        forced = self._forced_at(st, j)
-        # A line is no surer than its opening token: below the gate's threshold it would
-        # only hide the greedy line, shown or not (the gate reads the first line's least
-        # likely token).
-        floor = score
-        if st.req.min_confidence > 0:
-            floor = max(score, math.log(st.req.min_confidence))
-        cands = sorted(((lp, t) for t, lp in first.items()
-                        if t != opening and lp > floor and self._opens_line(forced, t)),
-                       reverse=True)[:OPENINGS]
-        if not cands:
-            return stop
-        # Each line opened tries up to about as many tokens as the greedy line has; they
-        # must fit the cache beside what it holds.
-        steps = max(len(st.gen), 4)
-        if (len(self.kv) + len(self.alt) + len(cands) * (steps + 1) + 8 > self.model.n_ctx
-                or j + 1 >= st.req.max_tokens):
-            return stop
-        try:
-            lines = self._opening_lines(st, n0 + j, cands, score, steps)
-        except BaseException:
-            # (a cancel, or a native error: no branch may outlive the request)
-            self._drop_branches()
-            raise
-        best = max((o for o in lines if o.best is not None and o.best > score
-                    and self._rules_keep(st, j, o)),
-                   key=lambda o: o.best if o.best is not None else -math.inf, default=None)
-        for o in lines:
-            if o is not best:
-                self.model.kv_truncate(0, o.seq)
-        if best is None:
-            return stop
-        return self._show_opening(st, n0, j, best)
-
-    def _rules_keep(self, st: _Decoding, j: int, o: _Opening) -> bool:
-        """Whether the stop rules keep the whole line ``o`` opened (one that repeats the
-        code after the cursor, say, would be cut away: not a line to show)."""
-        remaining, out = st.constraint, bytearray()
-        for tok in [*st.gen[:j], *o.line[:o.keep]]:
-            piece, remaining = _past_forced(self.vocab.text_piece(tok), remaining)
-            out += piece
-        text = out.decode("utf-8", "ignore")
-        head = text.lstrip(" \t\r\n")
-        end = len(text) - len(head) + len(_before_line_end(head.encode()).decode(
-            "utf-8", "ignore"))
-        cut = st.policy.cut(text[:end] + "\n")
-        return cut is None or cut >= end
-
-    def _forced_at(self, st: _Decoding, j: int) -> bytes:
-        """The forced (healed) text left before the first line's token ``j``."""
-        remaining = st.constraint
-        for tok in st.gen[:j]:
-            remaining = _past_forced(self.vocab.text_piece(tok), remaining)[1]
-        return remaining
-
-    def _opens_line(self, forced: bytes, tok: int) -> bool:
-        """Whether ``tok`` may open the first line instead of the greedy token: it writes
-        all the forced text left, some text of its own, and no line end."""
-        if self.vocab.is_eog(tok) or tok in self.template.stop_ids:
-            return False
-        piece = self.vocab.text_piece(tok)
-        if not piece.startswith(forced):
-            return False
-        rest = piece[len(forced):]
-        return bool(rest.strip()) and _before_line_end(rest) == rest
-
-    def _opening_lines(self, st: _Decoding, p: int, cands: list[tuple[float, int]],
-                       floor: float, steps: int) -> list[_Opening]:
-        """The lines opened by ``cands`` (log-probability, token) at position ``p``, each
-        written greedily on its own branch of the cache, all in one batch a step (on a
-        CPU one step's cost: the weights are read once), for at most ``steps`` steps. A
-        line is given up once no place it may end can beat ``floor`` or the best line."""
-        lines = [_Opening(seq=seq, line=[tok], score=lp0, lp0=lp0)
-                 for seq, (lp0, tok) in zip(OPENING_SEQS, cands, strict=False)]
-        j0 = p - (len(st.seq) - len(st.gen))  # the first line's tokens before the opening
-        for o in lines:
-            self.model.branch(p, o.seq)
-        live = list(lines)
-        best = floor
-        for _ in range(steps):
-            live = [o for o in live if not o.done and j0 + len(o.line) < st.req.max_tokens]
-            if not live:
-                break
-            if st.cancelled():
-                raise Cancelled
-            items = [(o.line[-1], p + len(o.line) - 1, o.seq) for o in live]
-            if not self.model.decode_at(items, list(range(len(items)))):
-                raise Cancelled
-            st.rec.opening_tokens += len(items)
-            for i, o in enumerate(live):
-                o.step(self, self._scores(self.model.logits(i)))
-                if o.best is not None:
-                    best = max(best, o.best)
-            for o in live:
-                if float(np.logaddexp(o.score, o.merged)) <= best:
-                    # every later end is less likely than the tokens so far (or the last
-                    # written with a line end as one)
-                    o.done = True
-        return lines
-
-    def _drop_branches(self) -> None:
-        """Empty every branch the other openings may be written on."""
-        for seq in OPENING_SEQS:
-            self.model.kv_truncate(0, seq)
-
-    def _show_opening(self, st: _Decoding, n0: int, j: int, best: _Opening) -> bool:
-        """Show the first line's tokens before ``j`` then the line ``best`` opened (see
-        :meth:`_other_openings`) as the suggestion; returns True (the request stops after
-        it). Its branch becomes the cache."""
-        rec = st.rec
-        head = st.gen[:j]
-        p = n0 + j  # where the line starts
-        line, preds = best.line[:best.keep], best.preds
-        k = min(len(preds), len(line))  # its tokens that were evaluated
-        del self.kv[p:]
-        del self.nxt[p:]
-        self.model.take_branch(p, best.seq)
-        self.model.kv_truncate(p + k)
-        self.kv += line[:k]
-        for i, (g, prob, end, merged) in enumerate(preds[:k]):
-            self.nxt.append(g)
-            self.nprob[p + i], self.nend[p + i], self.nmerged[p + i] = prob, end, merged
-        self._forget_tops(p)  # (those after it were the greedy line's)
-        self._fresh_from = min(self._fresh_from, p)
-        st.seq, st.gen, st.common = st.seq[:n0], [], n0
-        st.out, st.text, st.remaining = bytearray(), "", st.constraint
-        st.line_probs = []
-        rec.stop = "max_tokens"  # (the greedy line's own stop no longer holds)
-        # Each token's probability where the model chose it (forced text, and a token a
-        # rule put in place of the greedy one, are not the model's guesses: not counted).
-        probs: list[float | None] = [
-            self.nprob.get(n0 + i - 1, 1.0) if self.nxt[n0 + i - 1] == tok else None
-            for i, tok in enumerate(head)]
-        probs += [math.exp(best.lp0)] + [q[1] for q in preds]
-        stop = False
-        for tok, chance in zip([*head, *line], probs, strict=False):
-            if not st.remaining and chance is not None:
-                st.line_probs.append(chance)
-            stop = self._emit(st, tok)
-            if stop:
-                break
-        st.line_done = _line_ended(st.out)
-        rec.opening = "taken"
-        if not stop:
-            rec.stop = "other_opening"
         return True
 
     def _constrain(self, st: _Decoding, greedy: int, live: bool) -> int | None:

@@ -248,11 +248,10 @@ class LlamaModel:
         cp.n_threads_batch = nthreads
         # Sequence 1 parks cache entries while new ones are evaluated below them (see
         # park), or holds a branch of sequence 0 (see branch); sequence 2 holds the prompt
-        # read without other files' chunks (the second reading, see fimls.engine.core);
-        # sequences 3 and 4 hold more branches (the first line's other openings).
+        # read without other files' chunks (the second reading, see fimls.engine.core).
         # One unified cache: its n_ctx positions are shared, so sequence 0 may use all of
         # them when the others hold nothing.
-        cp.n_seq_max = 5
+        cp.n_seq_max = 3
         cp.kv_unified = True
         self._ctx = L.llama_init_from_model(self._model, cp)
         if not self._ctx:
