@@ -195,6 +195,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     opts = _options_from_args(args)
     _setup_logging(opts.logging.log_level)
+    if args.quality:
+        return _quality_bench(args, opts)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     sets = [load_tasks(s.strip(), args.n) for s in args.sets.split(",") if s.strip()]
@@ -348,6 +350,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if bench.plot(result, out / "bench.png"):
         print(f"plot: {out / 'bench.png'}")
     return 0
+
+
+def _quality_bench(args: argparse.Namespace, opts: Options) -> int:
+    from fimls.models import default_model_name
+    from fimls.tools import quality_bench
+
+    names = ([x.strip() for x in (args.models or "").split(",") if x.strip()]
+             or [opts.model.model or default_model_name()])
+    flags = _strip_flag(_strip_flag(_passthrough_flags(args), "--model"), "--min-confidence")
+    gate = opts.completion.min_confidence
+    return quality_bench.main(args, flags, model_names=names,
+                              max_tokens=opts.completion.max_tokens, gate=gate,
+                              threads=opts.model.threads or min(8, os.cpu_count() or 1))
 
 
 def _editor_bench(args: argparse.Namespace, opts: Options, models: list[str | None],
@@ -618,7 +633,7 @@ def _passthrough_flags(args: argparse.Namespace) -> list[str]:
             "draftModel", "draftMax", "ngramMax", "isolation", "loadTimeoutS", "cancelGraceMs",
             "workerNice",
             "promptTokens", "maxTimeMs", "idlePrefill", "reuseSuffix", "contextTokens",
-            "secondReading", "otherOpenings",
+            "secondReading",
             "minConfidence", "engine", "engineProtocol", "engineKey", "engineSlot"}
     out: list[str] = []
     for key, flag, _default, _doc in describe():
@@ -709,6 +724,23 @@ def build_parser() -> argparse.ArgumentParser:
                         "of --sets)")
     b.add_argument("--suffix-chars", type=int, default=3,
                    help="typed characters per task for --suffix-tasks (default 3)")
+    b.add_argument("--quality", metavar="SETS_TOML", default="",
+                   help="right first lines on real edits from the repositories of SETS_TOML "
+                        "(docs/measurements/quality-sets.toml), beside llama-server with "
+                        "--peer; only this runs")
+    b.add_argument("--split", choices=("tuning", "report"), default="tuning",
+                   help="which repositories of --quality (default tuning)")
+    b.add_argument("--mirrors", default="/work/.mirror",
+                   help="folder of the git mirrors of --quality, one owner+name each")
+    b.add_argument("--quality-tasks", type=int, default=0,
+                   help="tasks per repository for --quality (default: the file's)")
+    b.add_argument("--latency-tasks", type=int, default=0,
+                   help="with --quality and --peer: on N tasks spread over the repositories, "
+                        "the first request after a --cursor-rest pause and --typing typed "
+                        "characters, fimls beside llama-server")
+    b.add_argument("--cursor-rest", type=float, default=10.0,
+                   help="seconds the cursor rests before the first request of "
+                        "--latency-tasks (default 10; fimls/cursor is sent first)")
     b.add_argument("--out", default="bench-out", help="folder for bench.json and bench.png")
     _add_option_flags(b)
     b.set_defaults(func=cmd_bench)
