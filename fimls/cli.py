@@ -734,6 +734,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="folder of the git mirrors of --quality, one owner+name each")
     b.add_argument("--quality-tasks", type=int, default=0,
                    help="tasks per repository for --quality (default: the file's)")
+    b.add_argument("--peer-only", action="store_true",
+                   help="with --quality: run llama-server (--peer) alone, not fimls")
+    b.add_argument("--peer-from", metavar="OUTCOMES_JSONL", default="",
+                   help="with --quality: llama-server's lines from an earlier run's "
+                        "quality-MODEL-SPLIT.jsonl on the same tasks, instead of running it")
     b.add_argument("--latency-tasks", type=int, default=0,
                    help="with --quality and --peer: on N tasks spread over the repositories, "
                         "the first request after a --cursor-rest pause and --typing typed "

@@ -63,25 +63,46 @@ def confidences(log: Path, count: int) -> list[float | None]:
     return out
 
 
+_NOT_RUN: dict[str, Any] = {"line_exact": False, "completion": "", "latency_ms": [math.nan]}
+
+
+def _earlier_peer(path: Path, tasks: Sequence[Task]) -> list[dict[str, Any]]:
+    """The peer's rows for ``tasks`` from an earlier run's outcomes (the peer decodes
+    greedily, so its lines do not depend on when it ran; its latency does)."""
+    earlier = {o.task_id: o for o in load_outcomes(path)}
+    missing = [t.task_id for t in tasks if t.task_id not in earlier]
+    if missing:
+        raise SystemExit(f"{path}: no peer result for {len(missing)} tasks ({missing[0]}, ...)")
+    return [{"line_exact": earlier[t.task_id].peer_right,
+             "completion": earlier[t.task_id].peer_text,
+             "latency_ms": [earlier[t.task_id].peer_ms]} for t in tasks]
+
+
 def run_model(sets: QualitySets, split: str, mirrors: Path, out: Path, *, model: str,
               serve_flags: list[str], peer_binary: Path | None, model_path: Path,
-              n: int, threads: int, max_tokens: int,
+              n: int, threads: int, max_tokens: int, fimls: bool = True,
+              peer_from: Path | None = None,
               progress: Callable[[str], None] | None = None,
               ) -> list[Outcome]:
-    """Every task of ``split`` through fimls serve and (with ``peer_binary``) llama-server."""
+    """Every task of ``split`` through fimls serve (unless not ``fimls``) and llama-server
+    (with ``peer_binary``; or its rows from ``peer_from``, an earlier run's outcomes)."""
     labelled: list[tuple[str, Task]] = []
     for spec in sets.split(split):
         for task in repo_tasks(spec, mirrors, n, sets.seed, cache=out / "tasks"):
             labelled.append((spec.repo, task))
     tasks = [t for _, t in labelled]
-    log = out / f"quality-{model}-{split}.log.jsonl"
-    serve = [*serve_flags, "--model", model, "--min-confidence", "0"]
-    rows = peer.run_fimls(serve, tasks, typing=0, latency_log=log, in_repo=True,
-                          progress=progress)
-    conf = confidences(log, len(tasks))
-    peer_rows: list[dict[str, Any]] = [{"line_exact": False, "completion": "",
-                                        "latency_ms": [math.nan]} for _ in tasks]
-    if peer_binary is not None:
+    rows = [_NOT_RUN] * len(tasks)
+    conf: list[float | None] = [None] * len(tasks)
+    if fimls:
+        log = out / f"quality-{model}-{split}.log.jsonl"
+        serve = [*serve_flags, "--model", model, "--min-confidence", "0"]
+        rows = peer.run_fimls(serve, tasks, typing=0, latency_log=log, in_repo=True,
+                              progress=progress)
+        conf = confidences(log, len(tasks))
+    peer_rows = [_NOT_RUN] * len(tasks)
+    if peer_from is not None:
+        peer_rows = _earlier_peer(peer_from, tasks)
+    elif peer_binary is not None:
         peer_rows = peer.run_peer(peer_binary, model_path, tasks, typing=0, max_tokens=max_tokens,
                                   threads=threads, progress=progress)
     outcomes = [Outcome(repo, language_of_task(t), t.task_id, bool(f["line_exact"]), c,
@@ -214,8 +235,10 @@ def main(args: Any, serve_flags: list[str], *, model_names: list[str], max_token
         label = catalogue_name(path) or path.stem
         outcomes = run_model(sets, args.split, Path(args.mirrors), out, model=name,
                              serve_flags=serve_flags, peer_binary=peer_binary,
-                             model_path=path, n=n, threads=threads,
-                             max_tokens=max_tokens, progress=bar.step)
+                             model_path=path, n=n, threads=threads, max_tokens=max_tokens,
+                             fimls=not args.peer_only,
+                             peer_from=Path(args.peer_from) if args.peer_from else None,
+                             progress=bar.step)
         print(format_report(outcomes, gate, f"{label}, {args.split} set, first line right "
                             f"(fimls at --min-confidence {gate:g}; ungat: at 0), max tokens "
                             f"{max_tokens}"))
