@@ -46,7 +46,7 @@ class LatencyRecord:
     evaluated_tokens: int = 0  # positions the model computed for this request (0: none)
     context_tokens: int = 0  # tokens of other buffers' chunks at the prompt's front
     context_sources: str = ""  # which kinds of chunks, e.g. "definition:2,recent:1"
-    window_tokens: int = 0  # the prompt's token budget (less than usual: a cold prompt)
+    window_tokens: int = 0  # the prompt's token budget
     # The second reading (see fimls.engine.core): the tokens it evaluated for this request
     # (the prompt without the chunks, the lines it read and wrote), and what came of it:
     # "same" (it wrote the same first line), "kept" (another, less likely), "taken"

@@ -9,20 +9,14 @@ Two shapes of prompt:
 * **Continuation** for models without FIM tokens (the embedded Gemma 3 270M): the prefix
   only; the suffix is used by the decode loop to stop and by post-processing to trim.
 
-Windows are cut at line boundaries and their starts are quantised, so that typing at the
-cursor leaves the prompt's first tokens untouched and the KV cache can be reused.
-
-In a file longer than its window, a PSM prompt's prefix is the file's opening, a gap
-comment, then the lines just before the cursor: the opening does not depend on the cursor,
-so it is evaluated once (while the user reads, after didOpen) and serves every cursor in
-the file; a new cursor costs only the small share that depends on it (``LOCAL_SHARE``).
-A cold prompt (nothing cached, no time to read the opening) holds the file's import lines
-instead, then more of the lines before the cursor.
+A FIM window is the lines just before the cursor and, in a quarter of it
+(``SUFFIX_SHARE``), the lines just after: llama-server's ``/infill`` split. Windows are cut
+at line boundaries and their starts are quantised, so that typing at the cursor leaves the
+prompt's first tokens untouched and the KV cache can be reused.
 """
 
 from __future__ import annotations
 
-import re
 import weakref
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
@@ -33,24 +27,10 @@ from fimls.context import ContextChunk, comment_mark, sources_of
 # never moves it (the KV cache keeps everything before the cursor).
 WINDOW_QUANTUM = 1024
 CHARS_PER_TOKEN_GUESS = 3  # conservative: code usually packs 3.5-4.5 chars per token
-# A FIM window's share that depends on the cursor: the suffix and, in a file longer than
-# the window, the prefix's tail. The rest of a long file's window is its opening, which
-# does not depend on the cursor and is evaluated while the user reads (idle prefill): a
-# cursor at a new place then costs only this share (about 1.2 s of the window's ~6 s).
-LOCAL_SHARE = 0.2
-# The most of a cold prompt's prefix (see build_prompt's ``cold``) the file's import lines
-# take: they name what the code near the cursor calls, the rest is the lines before it.
-IMPORT_SHARE = 0.25
-# A statement that names what a file takes from elsewhere, at a line's start: Python,
-# JavaScript/TypeScript, C/C++/Objective-C, Rust, PHP, Perl, Go, Java/Kotlin/Scala, C#,
-# Ruby, Lua. Its continuation lines are those up to where its brackets close. Indented ones
-# are left out: they are a function's own, not what the file as a whole uses.
-_IMPORT_LINE = re.compile(
-    r"(?:from[ \t]+[\w.]+[ \t]+import\b|import\b|#[ \t]*(?:include|import)\b"
-    r"|use[ \t]+[\w:\\{]|using[ \t]+[\w.]|package[ \t]+[\w.]+[ \t]*;?\s*$"
-    r"|extern[ \t]+crate\b|require(?:_relative)?\b"
-    r"|(?:const|let|var|local)[ \t]+[\w{}, \t]+=[ \t]*require\b)")
-_IMPORT_MAX_LINES = 40  # one statement's continuation lines, at most
+# The share of a FIM window's file tokens that the text after the cursor may take; the text
+# before it takes the rest (and what the suffix leaves). llama-server's /infill takes 3/4 of
+# its batch before the cursor and 1/4 after.
+SUFFIX_SHARE = 0.25
 
 
 class VocabLike(Protocol):
@@ -196,9 +176,6 @@ class PromptInput:
     # Chunks of other buffers, most useful first, and the most tokens they may take.
     context: tuple[ContextChunk, ...] = ()
     context_tokens: int = 0
-    # The document's first characters when ``prefix`` does not start at its top
-    # (``prefix_offset`` > 0); empty: only a window of ``prefix`` is laid out.
-    opening: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -209,7 +186,6 @@ class Prompt:
     constraint: bytes = b""
     prefix_window: str = ""  # the text just before the cursor
     suffix_window: str = ""
-    opening_window: str = ""  # a long file's opening, in front of ``prefix_window``
     heal_tokens: int = 0
     context_tokens: int = 0  # tokens of other buffers' chunks at the front
     context_start: int = 0  # where those tokens start in ``tokens``
@@ -344,7 +320,7 @@ def _context(template: FimTemplate, vocab: VocabLike,
 
 # Chunk (and chunk header) text -> tokens, per vocabulary. A set of chunks stays the same
 # while the user types (fimls.server), and every prompt built meanwhile (each request, the
-# prefetch after each suggestion, the cold and whole layouts compared) would tokenize it
+# prefetch after each suggestion, ...) would tokenize it
 # again: 0.8 ms for 1.5 KB.
 _CHUNK_TOKENS: weakref.WeakKeyDictionary[Any, dict[str, tuple[int, ...]]] = (
     weakref.WeakKeyDictionary())
@@ -385,120 +361,18 @@ def _head(template: FimTemplate, vocab: VocabLike,
     return head, chosen, len(ctx), at
 
 
-def _shares(avail: int, budget: int) -> tuple[int, int]:
-    """(suffix budget, cursor-dependent budget) of a FIM window of ``budget`` tokens with
-    ``avail`` left for the file. The cursor's share is of the whole window (what a new
-    place costs), not of what other files' chunks leave: it takes at most half of that."""
-    local = min(max(48, avail // 2), max(48, int(budget * LOCAL_SHARE)))
-    return max(16, local // 3), local
-
-
-def _opening(vocab: VocabLike, text: str, avail: int, budget: int) -> tuple[str, list[int]]:
-    """The opening of a long file in a FIM window of ``budget`` tokens (``avail`` for the
-    file): its first lines within the share that does not depend on the cursor, and their
-    tokens. The same function serves the idle prefill and the requests, so the tokens
-    are the same."""
-    _, local = _shares(avail, budget)
-    return _fit_suffix(vocab, text, avail - local, guess=5)
-
-
-def _import_statements(text: str) -> list[tuple[int, str]]:
-    """The top-level import statements of ``text``, each with its continuation lines, and
-    the offset in ``text`` where each ends."""
-    out: list[tuple[int, str]] = []
-    lines = text.splitlines(keepends=True)
-    pos = i = 0
-    while i < len(lines):
-        if not _IMPORT_LINE.match(lines[i]):
-            pos += len(lines[i])
-            i += 1
-            continue
-        depth, j = 0, i
-        while j < len(lines) and j < i + _IMPORT_MAX_LINES:
-            depth += sum(lines[j].count(c) for c in "([{") - sum(lines[j].count(c) for c in ")]}")
-            j += 1
-            if depth <= 0:
-                break
-        stmt = "".join(lines[i:j])
-        pos += len(stmt)
-        out.append((pos, stmt))
-        i = j
-    return out
-
-
-def _joined(statements: list[tuple[int, str]]) -> str:
-    text = "".join(stmt for _end, stmt in statements)
-    return text if not text or text.endswith(("\n", "\r")) else text + "\n"
-
-
-def import_lines(text: str) -> str:
-    """The import statements of ``text`` (the top of a file), in order, with their
-    continuation lines; empty when it has none."""
-    return _joined(_import_statements(text))
-
-
-def _gap(vocab: VocabLike, path: str) -> list[int]:
-    """The comment that stands for the lines left out between two parts of a prefix."""
-    return vocab.tokenize(f"{comment_mark(path)} ...\n")
-
-
-def _with_imports(vocab: VocabLike, inp: PromptInput, top: str,
-                  pre_budget: int) -> tuple[str, str, list[int]] | None:
-    """A cold prompt's prefix: the file's import lines above the window, a gap, and the
-    lines just before the cursor; (imports, neighbourhood, tokens), or None when no
-    import line lies above the lines the window holds anyway.
-
-    ``top`` is the document from its start (``inp.prefix`` or ``inp.opening``). The
-    imports are taken only from above the cursor's window, so they stay the same while
-    the user types at the cursor (the window's start is quantised). When they do not all
-    fit, the last ones are kept: by convention the project's own modules are imported
-    after the standard library's and third parties', and they are what other open files
-    define.
-    """
-    cursor = inp.prefix_offset + len(inp.prefix)
-    statements = _import_statements(top[:cursor])
-    if not statements:
-        return None
-    gap = _gap(vocab, inp.rel_path)
-    most = int(pre_budget * IMPORT_SHARE)
-    imp_text, imp_toks = _fit_prefix(vocab, _joined(statements), most, 0)
-    near_text, near_toks = _fit_prefix(vocab, inp.prefix,
-                                       max(16, pre_budget - len(imp_toks) - len(gap)),
-                                       inp.prefix_offset)
-    start = cursor - len(near_text)
-    above = [st for st in statements if st[0] <= start]
-    if not above:
-        return None
-    if len(above) < len(statements):
-        imp_text, imp_toks = _fit_prefix(vocab, _joined(above), most, 0)
-    if not imp_toks:
-        return None
-    return imp_text, near_text, imp_toks + gap + near_toks
-
-
-def _with_opening(vocab: VocabLike, inp: PromptInput, opening: str, avail: int, budget: int,
-                  pre_budget: int) -> tuple[str, str, list[int]] | None:
-    """A long file's prefix: its opening (cached since the file was opened), a gap, and
-    the cursor's neighbourhood; (opening, neighbourhood, tokens), or None when the two
-    would overlap (the file is barely longer than the window)."""
-    head_text, open_toks = _opening(vocab, opening, avail, budget)
-    gap = _gap(vocab, inp.rel_path)
-    near_text, near_toks = _fit_prefix(vocab, inp.prefix,
-                                       max(16, pre_budget - len(open_toks) - len(gap)),
-                                       inp.prefix_offset)
-    if inp.prefix_offset + len(inp.prefix) - len(near_text) < len(head_text):
-        return None
-    return head_text, near_text, open_toks + gap + near_toks
+def suffix_budget(avail: int) -> int:
+    """The most tokens the text after the cursor takes of ``avail`` for the file."""
+    return max(16, int(avail * SUFFIX_SHARE))
 
 
 def opening_prompt(template: FimTemplate, vocab: VocabLike, inp: PromptInput,
                    budget_tokens: int, *, without_context: bool = False) -> list[int]:
-    """The first tokens of every prompt for ``inp.prefix``'s document, whatever the cursor.
+    """The first tokens of every prompt for ``inp.prefix``'s document with the cursor
+    within its first window, whatever the cursor.
 
-    When a file is opened the cursor is not known yet. A FIM prompt in a file longer than
-    its window starts with the header and the file's opening (see :func:`build_prompt`),
-    and a cursor within the first window also starts with the file's first lines. These
-    tokens, evaluated while the user reads, are the cache the first request reuses.
+    When a file is opened the cursor is not known yet; editors mostly open a file at its
+    top. These tokens, evaluated while the user reads, are the cache such a request reuses.
     ``inp.prefix`` is the whole text; the suffix is not used. ``without_context``: the
     same tokens less the other buffers' chunks (what :meth:`Prompt.without_context` of
     the prompts that follow starts with).
@@ -515,23 +389,23 @@ def opening_prompt(template: FimTemplate, vocab: VocabLike, inp: PromptInput,
         out = [*head, template.suf]  # SPM: the suffix, which depends on the cursor, comes first
     else:
         avail = max(16, budget_tokens - len(head) - 3)
-        out = [*head, template.pre, *_opening(vocab, inp.prefix, avail, budget_tokens)[1]]
+        room = avail - suffix_budget(avail)
+        # The file's first lines, as a prompt with the cursor below them starts; the
+        # last may be cut by the cursor, so it is left out.
+        text = suffix_window(inp.prefix, room * CHARS_PER_TOKEN_GUESS)
+        toks = vocab.tokenize(text)[:room]
+        out = [*head, template.pre, *toks[:-1]]
     if without_context:
         del out[at:at + n_ctx]
     return out
 
 
 def build_prompt(template: FimTemplate, vocab: VocabLike, inp: PromptInput,
-                 budget_tokens: int, *, share_of: int | None = None,
-                 cold: bool = False) -> Prompt:
-    """Lay out the prompt for ``template`` within ``budget_tokens`` tokens.
-
-    ``share_of``: the window whose suffix share this prompt keeps when it is cut below
-    that window. ``cold``: a prompt nothing is cached for (see the engine's cold
-    prompts), which spends its tokens nearest the cursor: never a long file's opening,
-    only its import lines (at most ``IMPORT_SHARE`` of the prefix), then the lines just
-    before the cursor.
-    """
+                 budget_tokens: int) -> Prompt:
+    """Lay out the prompt for ``template`` within ``budget_tokens`` tokens: the header, other
+    buffers' chunks (at most half the window), then for FIM models the lines just after the
+    cursor (at most :data:`SUFFIX_SHARE` of what the file may take) and as many of the lines
+    just before it as the rest holds."""
     if inp.context:
         # The chunks take at most half the window: the file itself matters most.
         inp = replace(inp, context_tokens=min(inp.context_tokens, budget_tokens // 2))
@@ -546,32 +420,14 @@ def build_prompt(template: FimTemplate, vocab: VocabLike, inp: PromptInput,
                       heal_tokens=int(bool(constraint)), **extra)
 
     avail = max(16, budget_tokens - len(head) - 3)
-    shares = share_of or budget_tokens
-    suf_budget, _ = _shares(avail, shares)
-    suf_text, suf_toks = _fit_suffix(vocab, inp.suffix, suf_budget)
-    pre_budget = avail - len(suf_toks)
-    opening = inp.prefix if inp.prefix_offset == 0 else inp.opening
-    split = None
-    # A prefix longer than this cannot be one window (see _fit_prefix): no need to fit it.
-    if template.order == "psm" and opening and (
-            inp.prefix_offset > 0 or len(inp.prefix) > pre_budget * CHARS_PER_TOKEN_GUESS):
-        split = (_with_imports(vocab, inp, opening, pre_budget) if cold
-                 else _with_opening(vocab, inp, opening, avail, shares, pre_budget))
-    if split is None:
-        pre_text, pre_toks = _fit_prefix(vocab, inp.prefix, pre_budget, inp.prefix_offset)
-        if (template.order == "psm" and opening and not cold and inp.prefix_offset == 0
-                and pre_budget * CHARS_PER_TOKEN_GUESS >= len(inp.prefix) > len(pre_text)):
-            split = _with_opening(vocab, inp, opening, avail, shares, pre_budget)
-    open_text = ""
-    if split is not None:
-        open_text, pre_text, pre_toks = split
-    pre_toks, constraint = _heal(vocab, pre_toks)
+    suf_text, suf_toks = _fit_suffix(vocab, inp.suffix, suffix_budget(avail))
+    pre_text, pre_toks = _fit_prefix(vocab, inp.prefix, avail - len(suf_toks),
+                                     inp.prefix_offset)
     if template.order == "spm":
         body = [template.suf, *suf_toks, template.pre, *pre_toks]
     else:
         body = [template.pre, *pre_toks, template.suf, *suf_toks]
     if template.mid >= 0:
         body.append(template.mid)
-    return Prompt(tokens=head + body, constraint=constraint, prefix_window=pre_text,
-                  suffix_window=suf_text, opening_window=open_text,
-                  heal_tokens=int(bool(constraint)), **extra)
+    return Prompt(tokens=head + body, prefix_window=pre_text, suffix_window=suf_text,
+                  **extra)

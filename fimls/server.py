@@ -386,11 +386,8 @@ class FimlsServer(LanguageServer):
         offset = doc.offset_at(pos, self.encoding) - len(prefix)
         repo, rel = workspace_relative_path(doc.uri, self.roots)
         c = self.options.completion
-        # A long file's prompt keeps its opening in front (fimls.prompt): at most n_ctx
-        # tokens, so this many characters hold it.
-        opening = doc.text[:self.options.model.n_ctx * 6] if offset > 0 else ""
         return CompletionRequest(uri=doc.uri, version=doc.version, prefix=prefix,
-                                 suffix=suffix, prefix_offset=offset, opening=opening,
+                                 suffix=suffix, prefix_offset=offset,
                                  repo_name=repo,
                                  rel_path=rel,
                                  max_tokens=c.max_tokens, max_lines=c.max_lines,

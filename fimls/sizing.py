@@ -19,13 +19,6 @@ import math
 
 PROMPT_SECONDS = 6.0
 """Prefill time one prompt with nothing cached may cost; idle prefill hides most of it."""
-COLD_SHARE = 0.75
-"""A FIM prompt the cache barely covers is cut to this share of the window (see
-:meth:`PromptSizer.cold_budget`)."""
-COLD_SECONDS = 1.0
-"""Prefill time below which a prompt is never cut: on a GPU, or when most is cached."""
-COLD_SAVING = 0.75
-"""The cut prompt is used only when it evaluates at most this share of the whole one's."""
 MIN_PROMPT_TOKENS = 1024
 """Below this the model sees too little of the file to be worth asking."""
 RUNGS = (1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768)
@@ -111,20 +104,3 @@ class PromptSizer:
     def seconds(self, tokens: int) -> float:
         """The time prefilling ``tokens`` takes here, at the speed measured so far."""
         return 0.0 if math.isinf(self.rate) or self.rate <= 0 else tokens / self.rate
-
-    def cold_budget(self, cap: int) -> int | None:
-        """The window of a prompt with nothing cached, or None when it is not cut.
-
-        The window's floor (:data:`MIN_PROMPT_TOKENS`) can cost more than
-        :data:`PROMPT_SECONDS` on a slow CPU: a 1.5B model reads 1,024 tokens in about 8 s
-        on 2 cores. Idle prefill hides that when the user reads first; a request that
-        arrives before it (the first one right after opening a file, a jump) would pay it
-        all. Such a request gets a window of :data:`COLD_SHARE`, spent on the file's
-        import lines and the lines nearest the cursor (a long file's opening is worth its
-        tokens only when idle prefill paid for them); other files' chunks come on top.
-        Later requests keep that window while the cache holds it, and the idle prefill at
-        the cursor (after a pause in editing) evaluates the whole one. A window the user
-        fixed (``promptTokens``) is never cut."""
-        if self.fixed:
-            return None
-        return max(8, int(self.budget(cap) * COLD_SHARE))

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from fimls.postprocess import CursorContext, StopPolicy, cut_to_budget, finalize
+from fimls.postprocess import (
+    CursorContext,
+    StopPolicy,
+    banned_first_bytes,
+    cut_to_budget,
+    finalize,
+)
 
 
 def ctx(prefix: str, suffix: str = "") -> CursorContext:
@@ -206,3 +212,14 @@ def test_a_suggestion_cut_by_time_keeps_whole_lines_only() -> None:
     assert cut_to_budget("\n        if n > 1") is None
     assert cut_to_budget("return tot") is None
     assert cut_to_budget("\n") is None
+
+
+@pytest.mark.parametrize(("mode", "line_prefix", "ban"), [
+    ("block", "", b"\n\r"),  # a blank line: no invisible leading newline
+    ("block", "    ", b"\n\r \t"),  # after indentation: not more of it either
+    ("line", "\t", b" \t"),
+    ("line", "", b""),
+    ("block", "    x = ", b""),  # code before the cursor: the model may write anything
+])
+def test_what_a_suggestion_may_not_start_with(mode: str, line_prefix: str, ban: bytes) -> None:
+    assert banned_first_bytes(mode, line_prefix) == ban

@@ -16,15 +16,13 @@ import pytest
 from fimls.context import ContextChunk
 from fimls.engine.llama import LlamaModel, Vocab
 from fimls.prompt import (
-    IMPORT_SHARE,
-    LOCAL_SHARE,
+    SUFFIX_SHARE,
     WINDOW_QUANTUM,
     FimTemplate,
     Prompt,
     PromptInput,
     build_prompt,
     detect_template,
-    import_lines,
     opening_prompt,
     prefix_window,
     suffix_window,
@@ -207,9 +205,9 @@ def test_psm_layout(models: Models, family: str) -> None:
     p = build_prompt(t, vocab, PromptInput(prefix=prefix, suffix=suffix), 512)
     head = [t.bos] if t.bos >= 0 else []
     pre = vocab.tokenize(prefix)
-    # The prefix's last token is healed: left out, and forced as the middle's start.
-    assert p.tokens == [*head, t.pre, *pre[:-1], t.suf, *vocab.tokenize(suffix), t.mid]
-    assert p.constraint == vocab.piece(pre[-1]) and p.heal_tokens == 1
+    # The text as it is, cut where the cursor cuts it (as llama-server's /infill sends it).
+    assert p.tokens == [*head, t.pre, *pre, t.suf, *vocab.tokenize(suffix), t.mid]
+    assert p.constraint == b"" and p.heal_tokens == 0
     assert (p.prefix_window, p.suffix_window) == (prefix, suffix)
 
 
@@ -219,8 +217,8 @@ def test_spm_layout(models: Models) -> None:
     prefix, suffix = "def f(x):\n    return ", "\n\nprint(f(1))\n"
     p = build_prompt(t, vocab, PromptInput(prefix=prefix, suffix=suffix), 512)
     pre = vocab.tokenize(prefix)
-    assert p.tokens == [t.bos, t.suf, *vocab.tokenize(suffix), t.pre, *pre[:-1], t.mid]
-    assert p.constraint == vocab.piece(pre[-1])
+    assert p.tokens == [t.bos, t.suf, *vocab.tokenize(suffix), t.pre, *pre, t.mid]
+    assert p.constraint == b""
 
 
 def test_order_override_changes_layout(models: Models) -> None:
@@ -292,9 +290,11 @@ def test_budget_never_exceeded(models: Models, family: str,
 
 
 @pytest.mark.parametrize("family", FIM_FAMILIES)
-def test_the_cursor_dependent_share_is_small(models: Models, family: str) -> None:
-    """The suffix and, in a long file (PSM), the prefix's tail take LOCAL_SHARE of the
-    window: what a cursor at a new place costs. The rest is the file's opening."""
+def test_the_suffix_takes_a_quarter_and_the_lines_before_the_cursor_the_rest(
+        models: Models, family: str) -> None:
+    """llama-server's /infill split: the lines just after the cursor take SUFFIX_SHARE of
+    what the file may use, the lines just before it the rest, contiguous up to the cursor
+    (no other part of the file); the window is used."""
     vocab = vocab_of(models, family)
     t = detect_template(vocab)
     budget = 4096
@@ -302,102 +302,18 @@ def test_the_cursor_dependent_share_is_small(models: Models, family: str) -> Non
     cursor = len(text) // 2
     p = build_prompt(t, vocab, PromptInput(prefix=text[:cursor], suffix=text[cursor:],
                                            rel_path="a.py"), budget)
-    suf = sections(t, p)[2]
-    local = int(budget * LOCAL_SHARE)
-    assert local // 4 <= len(suf) <= local // 3
-    assert len(p.tokens) >= budget * 0.8  # the budget is actually used
-    if t.order == "spm":
-        return  # the suffix comes first: no opening can be shared
-    # The file's first lines, a gap, then the lines just before the cursor.
-    assert p.opening_window.startswith(text[:200])
+    head, pre, suf = sections(t, p)
+    avail = budget - len(head) - 3
+    assert avail * SUFFIX_SHARE - 40 <= len(suf) <= avail * SUFFIX_SHARE
     assert text[:cursor].endswith(p.prefix_window)
-    assert len(p.opening_window) + len(p.prefix_window) < cursor
-    opening = opening_prompt(t, vocab, PromptInput(prefix=text, suffix="", rel_path="a.py"),
-                             budget)
-    assert common_prefix_len(opening, p.tokens) == len(opening) >= budget * 0.7
-    assert len(p.tokens) - len(opening) <= local + 16
-
-
-@pytest.mark.parametrize("family", FIM_FAMILIES)
-def test_a_cold_prompt_spends_its_tokens_nearest_the_cursor(models: Models,
-                                                           family: str) -> None:
-    """The engine's cold prompt (nothing cached): a smaller window, contiguous before the
-    cursor (no opening), with the whole window's suffix."""
-    vocab = vocab_of(models, family)
-    t = detect_template(vocab)
-    window, cold = 1024, 614
-    text = long_code(3000, "c")
-    cursor = len(text) // 2
-    inp = PromptInput(prefix=text[:cursor], suffix=text[cursor:], rel_path="a.py")
-    whole = build_prompt(t, vocab, inp, window)
-    cut = build_prompt(t, vocab, inp, cold, share_of=window, cold=True)
-    assert whole.window == window and cut.window == cold
-    assert cold // 4 < len(cut.tokens) <= cold
-    assert cut.opening_window == "" and text[:cursor].endswith(cut.prefix_window)
-    if t.order == "psm":
-        # The whole window's prefix is mostly the file's opening; all of the cold one's is
-        # the lines before the cursor, more of them.
-        assert len(cut.prefix_window) > len(whole.prefix_window)
-    else:
-        assert whole.prefix_window.endswith(cut.prefix_window)  # SPM: no opening anyway
-    assert cut.suffix_window == whole.suffix_window
-    assert sections(t, cut)[2] == sections(t, whole)[2]
-
-
-@pytest.mark.parametrize("family", ["qwen2.5-coder", "starcoder2"])
-def test_a_cold_prompt_keeps_the_files_last_import_lines(models: Models, family: str) -> None:
-    """Far below its imports, a cold prompt holds the file's top-level import lines (the
-    last ones when they do not all fit: the project's own modules), a gap, then the lines
-    before the cursor; a keystroke at the cursor leaves all of it in place."""
-    vocab = vocab_of(models, family)
-    t = detect_template(vocab)
-    window, cold = 1024, 614
-    imports = "".join(f"import stdlib_{i}\n" for i in range(200))
-    imports += "from .helpers import (\n    make_widget,\n    Widget,\n)\nfrom .store import save\n"
-    body = "def f():\n    import local_only\n" + long_code(3000, "c")
-    text = '"""A module."""\n' + imports + body
-    cursor = len(text) - len(body) // 2
-    inp = PromptInput(prefix=text[:cursor], suffix=text[cursor:], rel_path="a.py")
-    cut = build_prompt(t, vocab, inp, cold, share_of=window, cold=True)
-    assert len(cut.tokens) <= cold
-    assert cut.opening_window.endswith(
-        "from .helpers import (\n    make_widget,\n    Widget,\n)\nfrom .store import save\n")
-    assert "stdlib_199" in cut.opening_window and "stdlib_0\n" not in cut.opening_window
-    assert "local_only" not in cut.opening_window and "A module" not in cut.opening_window
-    assert len(vocab.tokenize(cut.opening_window)) <= IMPORT_SHARE * cold
-    assert text[:cursor].endswith(cut.prefix_window)
-    assert cut.opening_window + "# ...\n" in decode(vocab, cut.tokens)
-    typed = PromptInput(prefix=text[:cursor] + "x", suffix=text[cursor:], rel_path="a.py")
-    after = build_prompt(t, vocab, typed, cold, share_of=window, cold=True)
-    assert after.opening_window == cut.opening_window
-    assert common_prefix_len(after.tokens, cut.tokens) >= len(sections(t, cut)[0]) + len(
-        vocab.tokenize(cut.opening_window)) + len(vocab.tokenize(cut.prefix_window)) - 2
-    # Just below the imports the window holds the last of them: only those above it come
-    # in front, never a second copy. Near the top there is nothing above the window.
-    for at, above in ((len(text) - len(body) + 200, True), (300, False)):
-        p = build_prompt(t, vocab, PromptInput(prefix=text[:at], suffix=text[at:],
-                                               rel_path="a.py"), cold, share_of=window, cold=True)
-        lines = set(p.prefix_window.splitlines())
-        assert bool(p.opening_window) == above
-        assert not lines & set(p.opening_window.splitlines())
-        assert "from .store import save" in lines or not above
-
-
-def test_import_lines_of_several_languages() -> None:
-    """Top-level import statements with their bracketed continuation lines; nothing else."""
-    py = ("import os\nfrom . import (\n    a,\n    b)\nx = 1\n    import inner\n"
-          "use = 3\npackage = 'p'\n")
-    assert import_lines(py) == "import os\nfrom . import (\n    a,\n    b)\n"
-    js = "import {\n  a,\n} from './a';\nconst b = require('./b');\nlet y = 2;\n"
-    assert import_lines(js) == "import {\n  a,\n} from './a';\nconst b = require('./b');\n"
-    c = '#include <stdio.h>\n#include "local.h"\nint main() {}\n'
-    assert import_lines(c) == '#include <stdio.h>\n#include "local.h"\n'
-    rs = "use std::io;\nuse crate::{\n    a,\n};\nfn main() {}\n"
-    assert import_lines(rs) == "use std::io;\nuse crate::{\n    a,\n};\n"
-    go = 'package main\n\nimport (\n\t"fmt"\n)\nfunc main() {}\n'
-    assert import_lines(go) == 'package main\nimport (\n\t"fmt"\n)\n'
-    assert import_lines("def f():\n    return 1") == ""
-    assert import_lines("import os") == "import os\n"
+    assert text[cursor:].startswith(p.suffix_window)
+    assert pre == vocab.tokenize(p.prefix_window)
+    assert len(p.tokens) >= budget * 0.75  # (less a quantum of the window's start)
+    # Near the file's end the suffix is short, and the lines before the cursor take more.
+    late = len(text) - 200
+    q = build_prompt(t, vocab, PromptInput(prefix=text[:late], suffix=text[late:],
+                                           rel_path="a.py"), budget)
+    assert len(sections(t, q)[1]) > len(pre) and q.suffix_window == text[late:]
 
 
 @pytest.mark.parametrize("family", ["starcoder2", "codellama", "codestral"])
@@ -413,15 +329,10 @@ def test_windows_cut_at_line_boundaries(models: Models,
     assert 0 < len(p.suffix_window) < len(suffix)
     assert suffix.startswith(p.suffix_window)
     assert p.suffix_window.endswith("\n")
-    # The reported windows are exactly what was tokenized.
+    # The reported windows are exactly what was tokenized, the cursor's word unhealed (a
+    # FIM model reads text cut mid-word as llama-server sends it).
     _, pre, suf = sections(t, p)
-    whole = vocab.tokenize(p.prefix_window)  # the last one is healed: forced, not sent
-    front: list[int] = []
-    if t.order == "psm":
-        # A long file: its opening, whole lines too, and a gap before the cursor's lines.
-        assert prefix.startswith(p.opening_window) and p.opening_window.endswith("\n")
-        front = vocab.tokenize(p.opening_window) + vocab.tokenize("# ...\n")
-    assert (pre, p.constraint) == (front + whole[:-1], vocab.piece(whole[-1]))
+    assert (pre, p.constraint, p.heal_tokens) == (vocab.tokenize(p.prefix_window), b"", 0)
     assert suf == vocab.tokenize(p.suffix_window)
 
 
@@ -497,14 +408,9 @@ def test_typing_keeps_fim_prompt_stable(models: Models,
         before_cursor = prev.tokens.index(t.mid if t.order == "spm" else t.suf)
         assert before_cursor > 500
         common = common_prefix_len(prev.tokens, cur.tokens)
-        if common < before_cursor - 3 and t.order == "psm":
-            # A long file's window before the cursor is small: its start moves every
-            # quarter of it typed (never the file's opening in front of it).
+        if common < before_cursor - 3:
+            # The window's start moves only where typing crosses a quantum of the document.
             moved += 1
-            assert cur.opening_window
-            assert common >= len(vocab.tokenize(cur.opening_window)), repr(ch)
-        else:
-            assert common >= before_cursor - 3, repr(ch)
         prev = cur
     assert moved <= 1
 
@@ -536,13 +442,9 @@ def test_the_opening_prompt_is_what_requests_near_the_top_start_with(
         assert (common_prefix_len(opening, p.tokens)
                 >= min(head_and_text - 3, len(opening) - 1)), cursor
     assert from_top >= 3
-    # A cursor far down the file: a FIM prompt keeps the file's opening in front (so it
-    # shares all of it); a continuation prompt has only the window before the cursor.
+    # A cursor far down the file has only the window before it: the header is shared.
     far = build_prompt(t, vocab, inp(text * 4, ""), budget)
-    if t.kind == "fim":
-        assert common_prefix_len(opening, far.tokens) == len(opening)
-    else:
-        assert common_prefix_len(opening, far.tokens) < 20
+    assert common_prefix_len(opening, far.tokens) < 20
 
 
 # --- token healing ----------------------------------------------------------------------
@@ -585,8 +487,7 @@ def test_healing_empty_prefix(models: Models) -> None:
 def capped(doc: str, cap: int) -> PromptInput:
     """The request the server makes for a cursor at the end of ``doc``, prefix capped."""
     prefix = doc[-cap:]
-    return PromptInput(prefix=prefix, suffix="", prefix_offset=len(doc) - len(prefix),
-                       opening=doc[:cap])
+    return PromptInput(prefix=prefix, suffix="", prefix_offset=len(doc) - len(prefix))
 
 
 def window_start(inp: PromptInput, p: Prompt) -> int:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 from fimls.sizing import (
-    COLD_SHARE,
     MIN_PROMPT_TOKENS,
     PROMPT_SECONDS,
     RUNGS,
@@ -74,10 +73,6 @@ def test_a_new_window_waits_for_the_next_prompt_the_cache_does_not_cover() -> No
     assert not s.pending and s.budget(8000) == s.tokens
 
 
-def test_a_cold_window_is_a_share_of_the_window_unless_it_was_fixed() -> None:
-    s = PromptSizer(140.0)  # Qwen 1.5B on 2 cores: 1,024 tokens take about 7 s
-    assert s.cold_budget(4056) == int(1024 * COLD_SHARE) < 1024
-    assert s.cold_budget(500) == int(500 * COLD_SHARE)  # what the context leaves
-    assert s.seconds(1024) == 1024 / 140.0
-    assert PromptSizer(140.0, fixed=1024).cold_budget(4056) is None  # promptTokens wins
-    assert PromptSizer(math.inf).seconds(100_000) == 0.0  # a GPU: never worth cutting
+def test_prefill_time_at_the_measured_speed() -> None:
+    assert PromptSizer(140.0).seconds(1024) == 1024 / 140.0
+    assert PromptSizer(math.inf).seconds(100_000) == 0.0  # a GPU

@@ -31,9 +31,6 @@ class CompletionRequest:
     prefix: str
     suffix: str
     prefix_offset: int = 0
-    # The document's first characters when ``prefix`` does not start at its top: the
-    # opening a long file's prompt keeps in front (fimls.prompt).
-    opening: str = ""
     repo_name: str | None = None
     rel_path: str = ""
     # The defaults are the options' (fimls.config), written there once.
@@ -60,7 +57,6 @@ class CompletionRequest:
     def __post_init__(self) -> None:
         self.prefix = scrub(self.prefix)
         self.suffix = scrub(self.suffix)
-        self.opening = scrub(self.opening)
         self.neighbors = [scrub(t) for t in self.neighbors]
         self.context = [replace(c, text=scrub(c.text), path=scrub(c.path))
                         for c in self.context]

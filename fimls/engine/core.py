@@ -42,7 +42,13 @@ from fimls.engine.llama import LlamaModel, ModelLoadError
 from fimls.latency import LatencyRecord
 from fimls.memo import SuggestionMemo
 from fimls.models import catalogue_name
-from fimls.postprocess import CursorContext, StopPolicy, cut_to_budget, finalize
+from fimls.postprocess import (
+    CursorContext,
+    StopPolicy,
+    banned_first_bytes,
+    cut_to_budget,
+    finalize,
+)
 from fimls.prompt import (
     FimTemplate,
     Prompt,
@@ -51,7 +57,7 @@ from fimls.prompt import (
     detect_template,
     opening_prompt,
 )
-from fimls.sizing import COLD_SAVING, COLD_SECONDS, PromptSizer, prior_rate
+from fimls.sizing import PromptSizer, prior_rate
 
 __all__ = ["Cancelled", "Engine", "EngineConfig"]
 
@@ -102,7 +108,7 @@ class _Decoding:
     ctx: CursorContext
     policy: StopPolicy
     drafting: bool
-    ban_leading_newline: bool
+    ban_leading: bytes  # the first bytes the output may not start with (see _start)
     out: bytearray = field(default_factory=bytearray)
     text: str = ""
     gen: list[int] = field(default_factory=list)
@@ -397,51 +403,15 @@ class Engine:
         return built
 
     def build(self, req: CompletionRequest) -> Prompt:
-        """The prompt for a request: the whole window, or the cold one (see
-        :meth:`_cold`). The idle prefill at the cursor always takes the whole window: it
-        is how a cold prompt grows back."""
+        """The prompt for a request, in the window the sizer gives (see :meth:`_sized`)."""
         inp = PromptInput(prefix=req.prefix, suffix=req.suffix, prefix_offset=req.prefix_offset,
-                          opening=req.opening,
                           repo_name=req.repo_name, rel_path=req.rel_path,
                           context=tuple(req.context), context_tokens=req.context_tokens)
 
         def make(budget: int) -> Prompt:
             return build_prompt(self.template, self.vocab, inp, budget)
 
-        whole = make(self.prompt_budget(req.max_tokens))
-        if self.template.kind == "fim" and req.prefill != "cursor":
-            cut = self._cold(inp, whole, req.max_tokens)
-            if cut is not None:
-                return cut
-        return self._sized(make, lambda p: p.tokens, req.max_tokens, built=whole)
-
-    def _cold(self, inp: PromptInput, whole: Prompt, max_tokens: int) -> Prompt | None:
-        """The cold prompt for a FIM request the cache barely covers, or None.
-
-        See :meth:`fimls.sizing.PromptSizer.cold_budget`. It is the file's import lines
-        and the lines nearest the cursor (no file opening), within the cold window, with
-        the whole window's suffix share; other files' chunks come on top. It is used
-        while it evaluates clearly less of the file than the whole prompt would: on the
-        first request in a file, and on the keystrokes after it, which find it cached.
-        """
-        cached = common_prefix_len(whole.tokens, self.kv)
-        if self.sizer.seconds(len(whole.tokens) - cached) <= COLD_SECONDS:
-            return None
-        cold = self.sizer.cold_budget(self._prompt_cap(max_tokens))
-        # The file's own lines never give way to the chunks (as in the whole window, where
-        # they shorten the opening, not the cursor's share): the cut is of the file only.
-        if cold is None or cold >= whole.window - whole.context_tokens:
-            return None
-        cut = build_prompt(self.template, self.vocab, inp, cold + whole.context_tokens,
-                           share_of=whole.window, cold=True)
-        # Both prompts start with the same chunks, which cost the same either way: the
-        # saving is judged on the rest.
-        front = common_prefix_len(cut.tokens, whole.tokens)
-        rest = len(whole.tokens) - max(front, cached)
-        cut_rest = len(cut.tokens) - max(front, common_prefix_len(cut.tokens, self.kv))
-        if cut_rest > rest * COLD_SAVING:
-            return None
-        return cut
+        return self._sized(make, lambda p: p.tokens, req.max_tokens)
 
     def _align_with_path(self, prompt: Prompt) -> tuple[list[int], bytes]:
         """Re-express the prompt along the cached token path when that covers more text.
@@ -583,7 +553,7 @@ class Engine:
         rest of the line to the suffix)."""
         eog = [t for t in range(self.vocab.n_tokens)
                if self.vocab.is_eog(t) or t in self.template.stop_ids]
-        return np.unique(np.concatenate([self.vocab.tokens_starting_with_newline(),
+        return np.unique(np.concatenate([self.vocab.tokens_starting_with_any(b"\n\r"),
                                          np.asarray(eog, dtype=np.int64)]))
 
     def _merged_tokens(self) -> dict[bytes, npt.NDArray[np.int64]]:
@@ -970,11 +940,7 @@ class Engine:
             req=req, rec=rec, cancelled=cancelled, seq=list(tokens), common=common,
             remaining=constraint, ctx=ctx, policy=StopPolicy(ctx=ctx, max_lines=req.max_lines),
             drafting=self._setup_drafters(req, tokens),
-            # On a blank line a suggestion never starts with a newline (it would be
-            # invisible ghost text); ruling it out while decoding, rather than trimming it
-            # afterwards, keeps the shown text identical to the model's token path, so
-            # typing it reuses it.
-            ban_leading_newline=ctx.mode != "line" and not ctx.line_prefix.strip())
+            ban_leading=banned_first_bytes(ctx.mode, ctx.line_prefix))
 
     def _second_plan(self, req: CompletionRequest, prompt: Prompt, tokens: list[int],
                      common: int) -> list[int] | None:
@@ -1232,8 +1198,8 @@ class Engine:
     def _constrain(self, st: _Decoding, greedy: int, live: bool) -> int | None:
         """``greedy``, or the best token that keeps the forced (healed) text and the
         no-leading-newline rule; None when no token can."""
-        no_newline = not st.out and st.ban_leading_newline
-        if self._allowed(greedy, st.remaining, no_newline):
+        ban = b"" if st.out else st.ban_leading
+        if self._allowed(greedy, st.remaining, ban):
             return greedy
         # Choose among the tokens that keep the constraint, from live logits (recomputed
         # if the greedy choice came from the cache).
@@ -1241,7 +1207,7 @@ class Engine:
         if not live or len(self.kv) != n:
             self._evaluate(st.seq, n - 1)
             st.common = n
-        return self._constrained_argmax(st.remaining, no_newline)
+        return self._constrained_argmax(st.remaining, ban)
 
     def _emit(self, st: _Decoding, tok: int) -> bool:
         """Append ``tok`` to the output; True when the request stops here."""
@@ -1268,9 +1234,9 @@ class Engine:
                 return True
         return False
 
-    def _allowed(self, tok: int, remaining: bytes, no_newline: bool) -> bool:
-        """Whether ``tok`` keeps the forced text and the no-leading-newline rule."""
-        if not remaining and not no_newline:
+    def _allowed(self, tok: int, remaining: bytes, ban: bytes) -> bool:
+        """Whether ``tok`` keeps the forced text and starts with none of ``ban``'s bytes."""
+        if not remaining and not ban:
             return True
         p = self.vocab.text_piece(tok)
         if not p:
@@ -1281,23 +1247,23 @@ class Engine:
             if not p.startswith(remaining):
                 return False
             p = p[len(remaining):]
-        return not (no_newline and p[:1] in (b"\n", b"\r"))
+        return not (ban and p[:1] in ban)
 
-    def _constrained_argmax(self, remaining: bytes, no_newline: bool,
+    def _constrained_argmax(self, remaining: bytes, ban: bytes,
                             logits: npt.NDArray[Any] | None = None) -> int | None:
         """The best allowed token from the last logits (or from ``logits``)."""
         if logits is None:
             logits = self.model.logits(-1)
         if remaining:
             cands = self.vocab.tokens_consistent_with(remaining)
-            if no_newline:
+            if ban:
                 cands = np.asarray([t for t in cands.tolist()
-                                    if self._allowed(int(t), remaining, True)], dtype=np.int64)
+                                    if self._allowed(int(t), remaining, ban)], dtype=np.int64)
             if len(cands) == 0:
                 return None
             return int(cands[int(np.argmax(logits[cands]))])
         masked = np.array(logits, copy=True)
-        masked[self.vocab.tokens_starting_with_newline()] = -np.inf
+        masked[self.vocab.tokens_starting_with_any(ban)] = -np.inf
         return int(np.argmax(masked))
 
     def _remember(self, uri: str, generated: list[int]) -> None:
@@ -1317,18 +1283,18 @@ class _LineReader:
     def __init__(self, engine: Engine, st: _Decoding) -> None:
         self.engine = engine
         self.remaining = st.constraint
-        self.ban_newline = st.ban_leading_newline
+        self.ban = st.ban_leading
         self.out = bytearray()
         self.done = False
 
     def choose(self, logits: npt.NDArray[Any]) -> int | None:
         """The token this line takes next, or None when no token keeps the rules."""
         eng = self.engine
-        no_newline = not self.out and self.ban_newline
+        ban = b"" if self.out else self.ban
         tok = int(np.argmax(logits))
-        if eng._allowed(tok, self.remaining, no_newline):
+        if eng._allowed(tok, self.remaining, ban):
             return tok
-        return eng._constrained_argmax(self.remaining, no_newline, logits)
+        return eng._constrained_argmax(self.remaining, ban, logits)
 
     def add(self, tok: int) -> None:
         """Take ``tok``: what it adds past the forced text, and whether the line ended."""

@@ -92,7 +92,7 @@ class Vocab:
         self.fim_sep: int = L.llama_vocab_fim_sep(self._vocab)
         self._piece_cache: dict[int, bytes] = {}
         self._sorted: tuple[list[bytes], list[int]] | None = None
-        self._newline_ids: npt.NDArray[np.int64] | None = None
+        self._first_byte_ids: dict[bytes, npt.NDArray[np.int64]] = {}
 
     def tokenize(self, text: str | bytes, *, add_special: bool = False,
                  parse_special: bool = False) -> list[int]:
@@ -184,12 +184,13 @@ class Vocab:
                 out.append(ids[j])
         return np.asarray(out, dtype=np.int64)
 
-    def tokens_starting_with_newline(self) -> npt.NDArray[np.int64]:
-        """Ids of tokens whose piece starts with a line break."""
-        if self._newline_ids is None:
-            out = self._starting_with(b"\n") + self._starting_with(b"\r")
-            self._newline_ids = np.asarray(out, dtype=np.int64)
-        return self._newline_ids
+    def tokens_starting_with_any(self, first: bytes) -> npt.NDArray[np.int64]:
+        """Ids of tokens whose piece starts with one of the bytes of ``first``."""
+        ids = self._first_byte_ids.get(first)
+        if ids is None:
+            out = [t for b in first for t in self._starting_with(bytes([b]))]
+            ids = self._first_byte_ids[first] = np.asarray(out, dtype=np.int64)
+        return ids
 
 
 

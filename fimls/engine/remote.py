@@ -36,7 +36,13 @@ from urllib.parse import urlsplit
 from fimls.engine.api import CompletionRequest, CompletionResult, EngineError, gate
 from fimls.latency import LatencyRecord
 from fimls.memo import SuggestionMemo
-from fimls.postprocess import CursorContext, StopPolicy, cut_to_budget, finalize
+from fimls.postprocess import (
+    CursorContext,
+    StopPolicy,
+    banned_first_bytes,
+    cut_to_budget,
+    finalize,
+)
 from fimls.prompt import Prompt, PromptInput, build_prompt, detect_template
 
 log = logging.getLogger(__name__)
@@ -53,16 +59,19 @@ class Unreachable(EngineError):
     """The server could not be reached (or failed); requests are answered empty."""
 
 
-def forcing_grammar(forced: str, *, ban_newline: bool) -> str:
-    """A GBNF grammar for output that starts with ``forced`` (token healing) and, with
-    ``ban_newline``, goes on with something other than a line break (on a blank line a
-    suggestion that starts with one would be invisible); then anything."""
+def forcing_grammar(forced: str, *, ban: bytes = b"") -> str:
+    """A GBNF grammar for output that starts with ``forced`` (token healing), goes on with
+    a character that is none of ``ban``'s (ASCII; see the engine's first-token rules), then
+    anything."""
     lit = "".join(ch if ch.isascii() and ch.isalnum() else
                   f"\\x{ord(ch):02X}" if ord(ch) < 0x80 else
                   f"\\u{ord(ch):04X}" if ord(ch) < 0x10000 else f"\\U{ord(ch):08X}"
                   for ch in forced)
-    first = " [^\\r\\n]" if ban_newline else ""
-    return f'root ::= "{lit}"{first} [^\\x00]*\n'
+    parts = [f'"{lit}"'] if lit else []
+    if ban:
+        parts.append("[^" + "".join(f"\\x{b:02X}" for b in ban) + "]")
+    parts.append("[^\\x00]*")
+    return "root ::= " + " ".join(parts) + "\n"
 
 
 def _detokenize(vocab: Any, tokens: list[int]) -> str:
@@ -209,7 +218,6 @@ class RemoteEngine:
     def _build(self, req: CompletionRequest) -> Prompt:
         """The prompt as the engine here builds it (the healed token left out)."""
         inp = PromptInput(prefix=req.prefix, suffix=req.suffix, prefix_offset=req.prefix_offset,
-                          opening=req.opening,
                           repo_name=req.repo_name, rel_path=req.rel_path,
                           context=tuple(req.context), context_tokens=req.context_tokens)
         budget = min(self.prompt_tokens, self.n_ctx - req.max_tokens - 8)
@@ -235,16 +243,16 @@ class RemoteEngine:
         """The prompt, its tokens, the text the output must start with (the healed token's,
         as in-process) and the grammar that forces it: only llama-server takes one."""
         prompt = self._build(req)
-        if not prompt.constraint:
-            return prompt, list(prompt.tokens), "", None
+        ban = banned_first_bytes(ctx.mode, ctx.line_prefix)
+        if self.protocol != "llama" or not (prompt.constraint or ban):
+            tokens = self._put_back(prompt) if prompt.constraint else list(prompt.tokens)
+            return prompt, tokens, "", None
         try:
-            forced = prompt.constraint.decode("utf-8") if self.protocol == "llama" else ""
+            forced = prompt.constraint.decode("utf-8")
         except UnicodeDecodeError:  # half a character: put the token back instead
-            forced = ""
-        if not forced:
-            return prompt, self._put_back(prompt), "", None
-        ban = ctx.mode != "line" and not ctx.line_prefix.strip()
-        return prompt, list(prompt.tokens), forced, forcing_grammar(forced, ban_newline=ban)
+            return (prompt, self._put_back(prompt), "",
+                    forcing_grammar("", ban=ban) if ban else None)
+        return prompt, list(prompt.tokens), forced, forcing_grammar(forced, ban=ban)
 
     def _body(self, req: CompletionRequest, tokens: list[int],
               grammar: str | None) -> tuple[str, dict[str, Any]]:
