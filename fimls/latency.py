@@ -53,9 +53,6 @@ class LatencyRecord:
     # (another, more likely: shown), "" (not read).
     second_tokens: int = 0
     second_line: str = ""
-    # Tokens of the first line cut off because ending it earlier was likelier (stop
-    # "likelier_end"; see fimls.engine.core); 0: not cut.
-    line_cut: int = 0
     generated_tokens: int = 0
     drafted_tokens: int = 0
     accepted_tokens: int = 0

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import os
 import subprocess
 import sys
@@ -24,7 +23,6 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from fimls.context import ContextChunk
@@ -34,11 +32,9 @@ from fimls.engine.core import (
     SUFFIX_FRESH_TOKENS,
     Engine,
     EngineConfig,
-    _before_line_end,
-    likelier_end,
 )
 from fimls.models import CATALOGUE, resolve_model
-from fimls.tools.harness import close_doc, load_tasks, utf16_len
+from fimls.tools.harness import close_doc, utf16_len
 from tests.lsp_helpers import end_position, inline, insert, open_doc, read_log, session
 
 QWEN = CATALOGUE["qwen2.5-coder-0.5b"]
@@ -586,7 +582,6 @@ def test_a_second_line_shown_becomes_the_cache(engine: Engine,
     """Where the second line wins (here made to win: every token it scores counts as
     certain), the cache's branch becomes sequence 0, the suggestion is made of that line's
     tokens, and the next request at the place reuses it."""
-    from fimls.engine import core
 
     monkeypatch.setattr(core, "_logprob", lambda logits, tok: 0.0)
     req = _second_request(context=[COPIED], max_tokens=24)
@@ -714,156 +709,3 @@ def test_idle_prefill_of_an_opened_file_reads_both_openings(engine: Engine) -> N
     n_alone = len(engine.build(_second_request(prefix=text + "def report(room):\n    return ",
                                                context=[])).tokens)
     assert res.record.second_tokens < n_alone - n_opening // 2
-
-
-def test_likelier_end_picks_the_likeliest_earlier_end_or_keeps_the_line() -> None:
-    assert likelier_end([-3.0, -1.0, -2.0]) == 1
-    assert likelier_end([-3.0, -2.0, -1.0]) is None
-    assert likelier_end([-1.0, -1.0]) is None  # a tie keeps the longer line
-    assert likelier_end([-1.0, -1.5, -1.0]) is None
-    assert likelier_end([-0.5, -1.0], margin=1.0) is None
-    assert likelier_end([-0.5, -2.0], margin=1.0) == 0
-    assert likelier_end([-0.5]) is None and likelier_end([]) is None
-
-
-def _teacher_rows(engine: Engine, prompt: list[int], gen: list[int]) -> list[np.ndarray]:
-    """The log-probabilities after each of ``prompt[-1], *gen`` from one teacher-forced pass
-    over ``prompt + gen`` on a cleared cache (cleared again after): what the model gives
-    each place, independent of how the engine decoded it."""
-    m = engine.model
-    m.kv_truncate(0)
-    m.prefill(prompt[:-1], 0, logits_last=False)
-    seq = [prompt[-1], *gen]
-    assert m.decode(seq, len(prompt) - 1, list(range(len(seq))))
-    rows = [np.asarray(m.logits(i), dtype=np.float64) for i in range(len(seq))]
-    engine.reset()
-    return [lg - np.logaddexp.reduce(lg) for lg in rows]
-
-
-def _line_end_scores(engine: Engine, prompt: list[int], gen: list[int],
-                     healed: bytes) -> tuple[list[tuple[int, float]], bool]:
-    """(tokens kept, log p(the first line ends there)) for each place after the first line's
-    first text, from one teacher-forced pass over ``prompt + gen``: an independent reading
-    of what the engine scored token by token; and whether ``gen`` ends its first line (a
-    line end token, or nothing after it: the end of generation)."""
-    rows = _teacher_rows(engine, prompt, gen)
-    out, path, merged = b"", 0.0, -math.inf
-    scores: list[tuple[int, float]] = []
-    rest = healed
-    for k, tok in enumerate(gen):
-        lg = rows[k]
-        piece = engine.vocab.text_piece(tok)
-        if rest:  # forced text: not the model's choice, not scored
-            take = min(len(rest), len(piece))
-            rest, piece = rest[take:], piece[take:]
-            out += piece
-            continue
-        top = int(np.argmax(lg))
-        if tok != top and not out and engine.vocab.text_piece(top)[:1] in (b"\n", b"\r"):
-            # Chosen by a rule (no leading newline): the engine scores from the next place.
-            # (Any other difference is this batched pass's rounding at a near tie, which
-            # differs between CPUs' kernels: the engine chose the token greedily.)
-            scores.clear()
-            path, merged = 0.0, -math.inf
-            out += piece
-            if b"\n" in piece.lstrip(b"\r\n") or b"\r" in piece.lstrip(b"\r\n"):
-                return scores, True
-            continue
-        ends = float(np.logaddexp.reduce(lg[engine._end_ids]))
-        here = float(np.logaddexp(path + ends, merged))
-        if out.strip():
-            scores.append((k, here))
-        if piece[:1] in (b"\n", b"\r") and out.strip():
-            return scores, True
-        same = engine._merged.get(_before_line_end(piece))
-        merged = (path + float(np.logaddexp.reduce(lg[same]))) if same is not None \
-            else -math.inf
-        path += float(lg[tok])
-        out += piece
-        if (b"\n" in piece or b"\r" in piece) and out.strip():
-            scores.append((k + 1, merged))
-            return scores, True
-    # No line end among the tokens: the first line ends where generation did.
-    ends = float(np.logaddexp.reduce(rows[len(gen)][engine._end_ids]))
-    scores.append((len(gen), float(np.logaddexp(path + ends, merged))))
-    return scores, False
-
-
-def test_a_first_line_ends_where_ending_it_is_likeliest(engine: Engine,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """Greedy decoding goes on wherever one continuation beats ending the line; the line
-    shown ends where the model finds the line as a whole likeliest. Checked against the
-    line written with the cut turned off, scored again in one teacher-forced pass: the
-    shown line is a prefix of it, cut at the place that scores highest (within a tolerance
-    for the batched pass's own rounding), and a line kept whole has no place that beats
-    it. HumanEval's lines are easy (a place before the end scores some 9-15 nats below the
-    whole line), so the margin here is lenient: an earlier end within 12 nats of the whole
-    line's wins, and both outcomes occur on a few tasks."""
-    tol, margin = 0.2, -12.0
-    cut = kept = 0
-    for t in load_tasks("humaneval-single", 10, 11)[1]:
-        req = CompletionRequest(uri="file:///l.py", version=1, prefix=t.prefix,
-                                suffix=t.suffix, max_tokens=24, speculative="off")
-        prompt = engine.build(req)
-        monkeypatch.setattr(core, "END_MARGIN", math.inf)
-        engine.reset()
-        whole = engine.complete(req, lambda: False)
-        gen = list(engine.prev_gen.get(req.uri, []))
-        monkeypatch.setattr(core, "END_MARGIN", margin)
-        engine.reset()
-        shown = engine.complete(req, lambda: False)
-        shown_gen = list(engine.prev_gen.get(req.uri, []))
-        scores, line_end = _line_end_scores(engine, prompt.tokens, gen, prompt.constraint)
-        raw = b"".join(engine.vocab.text_piece(t) for t in gen).decode("utf-8", "replace")
-        # Only a first line written and kept whole (not stopped by max_tokens, nor cut by
-        # a stop rule at the code after the cursor) has ends that are the model's to weigh.
-        first = whole.text.lstrip(" \t\r\n").split("\n")[:1]
-        if not (line_end or whole.record.stop == "eog") or not first or \
-                first[0] + ("\n" if line_end else "") not in raw:
-            assert shown.text == whole.text
-            continue
-        if shown.record.stop != "likelier_end":
-            assert shown.text == whole.text and shown.record.line_cut == 0
-            if len(scores) > 1:
-                assert max(s for _, s in scores[:-1]) <= scores[-1][1] + margin + tol
-            kept += 1
-            continue
-        cut += 1
-        # The tokens cut: the first line's, from the cut to its end (a newline token
-        # with it; what came after the line was never written).
-        assert gen[:len(shown_gen)] == shown_gen
-        assert shown.record.line_cut - (scores[-1][0] - len(shown_gen)) in (0, 1)
-        assert whole.text.lstrip().startswith(shown.text.strip())
-        assert len(shown.text.strip()) < len(first[0].strip())
-        at = dict(scores)
-        assert len(shown_gen) in at
-        assert at[len(shown_gen)] >= max(s for _, s in scores[:-1]) - tol
-        assert at[len(shown_gen)] > scores[-1][1] + margin - tol
-    # The premise: both outcomes occur on these tasks.
-    assert kept > 0
-    assert cut > 0
-
-
-def _teacher_line_score(engine: Engine, prompt: list[int], gen: list[int],
-                        j: int) -> list[float]:
-    """The log-probability of the line ``gen[j:]`` (its opening token included), after
-    ``prompt`` and ``gen[:j]``, ending at each place after its opening, from one
-    teacher-forced pass: a line end next, or the token before written with its line end
-    as one token (``)`` then ``)\\n``). The first token that holds a line end ends the line:
-    the last place is then that token's own."""
-    rows = _teacher_rows(engine, prompt, gen)
-    path, merged, places = 0.0, -math.inf, []
-    for k in range(j, len(gen)):
-        lg, tok = rows[k], gen[k]
-        if k > j:
-            ends = float(np.logaddexp.reduce(lg[engine._end_ids]))
-            places.append(float(np.logaddexp(path + ends, merged)))
-        piece = engine.vocab.text_piece(tok)
-        same = engine._merged.get(_before_line_end(piece))
-        merged = (path + float(np.logaddexp.reduce(lg[same]))) \
-            if same is not None else -math.inf
-        if _before_line_end(piece) != piece:
-            return [*places, merged]
-        path += float(lg[tok])
-    ends = float(np.logaddexp.reduce(rows[len(gen)][engine._end_ids]))
-    return [*places, float(np.logaddexp(path + ends, merged))]

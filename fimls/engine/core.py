@@ -86,9 +86,6 @@ SECOND_SEQ = 2
 # request costs anyway (a new place: both are read from scratch), or this little (a GPU,
 # or both readings cached): see Engine._second_plan.
 SECOND_FREE_SECONDS = 0.25
-# A first line is cut where the model finds ending it likelier than the whole greedy line,
-# by at least this many nats (0: plain maximum likelihood over the greedy line's ends).
-END_MARGIN = 0.0
 
 
 class Cancelled(Exception):
@@ -122,18 +119,6 @@ class _Decoding:
     # it was done). ``constraint``: the forced text the request started with.
     alt: list[int] | None = None
     constraint: bytes = b""
-    # Places the first line could end before where greedy decoding ends it (see
-    # Engine._likelier_end): (log-probability of the line ending there, tokens generated,
-    # bytes of output, line_probs kept). ``line_lp``: log-probability of the first line's
-    # model-chosen tokens so far, from the first such place on.
-    ends: list[tuple[float, int, int, int]] = field(default_factory=list)
-    line_lp: float = 0.0
-    # Where in ``gen`` the first line's scoring (``ends``, ``line_lp``) starts (-1: not
-    # started).
-    score_from: int = -1
-    # log p(the line ends right after the last token, written as one token with its line
-    # end: ``)`` then ``)\n``), from the step that chose it.
-    merged_lp: float = -math.inf
 
 
 @dataclass(frozen=True)
@@ -174,17 +159,6 @@ class Engine:
         # Probability of the greedy token after each position, where nxt was computed:
         # every place that sets an nxt entry sets this one too (via _greedy_at).
         self.nprob: dict[int, float] = {}
-        # log p(the line ends) after each position: a token starting with a line end, or
-        # an end of generation. Set beside nprob.
-        self.nend: dict[int, float] = {}
-        # log p(the greedy token's text and a line end, as one token) after each position.
-        self.nmerged: dict[int, float] = {}
-        # Only a FIM first line is cut (see _likelier_end): other templates never read these.
-        fim = self.template.kind == "fim"
-        self._end_ids = self._line_end_tokens() if fim else None
-        self._merged = self._merged_tokens() if fim else {}
-        self._end_set = frozenset(self._end_ids.tolist()) if self._end_ids is not None \
-            else frozenset()
         self._fresh_from = 0
         self._evaluated = 0
         # Sorting every token's piece once makes token healing a bisect, not a vocab scan.
@@ -363,8 +337,6 @@ class Engine:
         self.nxt = []
         self.alt = []
         self.nprob.clear()
-        self.nend.clear()
-        self.nmerged.clear()
         self.memo = SuggestionMemo()
 
     # -- prompt -------------------------------------------------------------------------
@@ -547,51 +519,13 @@ class Engine:
         else:
             self._observe_prefill(done, dt)
 
-    def _line_end_tokens(self) -> npt.NDArray[np.int64]:
-        """The tokens that end a line where they stand: those whose text starts with a
-        line end, and the ends of generation (a FIM middle that ends mid-line leaves the
-        rest of the line to the suffix)."""
-        eog = [t for t in range(self.vocab.n_tokens)
-               if self.vocab.is_eog(t) or t in self.template.stop_ids]
-        return np.unique(np.concatenate([self.vocab.tokens_starting_with_any(b"\n\r"),
-                                         np.asarray(eog, dtype=np.int64)]))
-
-    def _merged_tokens(self) -> dict[bytes, npt.NDArray[np.int64]]:
-        """Text -> the tokens that are that text followed by a line end (``)`` ->
-        ``)\n``, ``)\n\n``...): a line can end with one of these as well as with a line
-        end token after the text's own token."""
-        out: dict[bytes, list[int]] = {}
-        for t in range(self.vocab.n_tokens):
-            piece = self.vocab.text_piece(t)
-            head = _before_line_end(piece)
-            if head and len(head) < len(piece):
-                out.setdefault(head, []).append(t)
-        return {k: np.asarray(v, dtype=np.int64) for k, v in out.items()}
-
     def _greedy_at(self, pos: int, logits: npt.NDArray[np.float32]) -> int:
         """The greedy token after position ``pos``; its probability goes to ``nprob``
         (the suggestion's confidence is made of these)."""
-        tok, prob, end, merged = self._scores(logits)
-        self.nprob[pos] = prob
-        if self._end_ids is None:
-            return tok
-        self.nend[pos], self.nmerged[pos] = end, merged
-        return tok
-
-    def _scores(self, logits: npt.NDArray[np.float32]) -> tuple[int, float, float, float]:
-        """The greedy token, its probability, and (FIM engines) log p(the line ends here)
-        and log p(the greedy token's text and a line end, as one token); NaN otherwise."""
         tok = int(np.argmax(logits))
         top = float(logits[tok])
-        total = float(np.sum(np.exp(logits - top, dtype=np.float32)))
-        if self._end_ids is None:
-            return tok, 1.0 / total, math.nan, math.nan
-        ends = float(np.sum(np.exp(logits[self._end_ids] - top, dtype=np.float32)))
-        end = float(np.log(max(ends, 1e-30) / total))
-        idx = self._merged.get(_before_line_end(self.vocab.text_piece(tok)))
-        merged = -math.inf if idx is None else float(np.log(max(float(np.sum(
-            np.exp(logits[idx] - top, dtype=np.float32))), 1e-30) / total))
-        return tok, 1.0 / total, end, merged
+        self.nprob[pos] = 1.0 / float(np.sum(np.exp(logits - top, dtype=np.float32)))
+        return tok
 
     def _verify(self, seq: list[int], draft: list[int]) -> int:
         """Evaluate ``[seq[-1]] + draft`` in one batch; keep the agreeing prefix.
@@ -854,34 +788,12 @@ class Engine:
                 rec.stop = "no_token"
                 break
             at = len(st.seq) - 1
-            # (A first line the second reading took was scored by neither reading here.)
-            if fim and not st.line_done and not st.remaining and rec.second_line != "taken":
-                if tok == greedy[0] and at in self.nend and at in self.nmerged:
-                    if st.score_from < 0:
-                        st.score_from = len(st.gen)
-                    here = float(np.logaddexp(st.line_lp + self.nend[at], st.merged_lp))
-                    if st.out.strip(b" \t\r\n"):
-                        st.ends.append((here, len(st.gen), len(st.out), len(st.line_probs)))
-                    st.merged_lp = st.line_lp + self.nmerged[at]
-                    st.line_lp += float(np.log(max(self.nprob.get(at, 1.0), 1e-30)))
-                else:
-                    # A token chosen by a rule (no leading newline), not for its
-                    # probability: the places before it cannot be compared with those
-                    # after; those after are scored from here.
-                    st.ends.clear()
-                    st.line_lp, st.merged_lp = 0.0, -math.inf
-                    st.score_from = -1
             if not st.line_done and tok == greedy[0] and not st.remaining:
                 # Forced (healed) text is the user's, not the model's guess: not counted.
                 st.line_probs.append(self.nprob.get(at, 1.0))
             stop = self._emit(st, tok)
             if not st.line_done:
                 st.line_done = _line_ended(st.out)
-                if (st.ends and (st.line_done or rec.stop == "eog")
-                        and rec.second_line != "taken"
-                        and _keeps_first_line(st) and self._likelier_end(st, tok)):
-                    st.alt = None
-                    stop = True
             if st.alt is not None and (st.line_done or stop):
                 # The first line is written: the reading without the chunks may propose
                 # another (a stop mid-line by the stop rules leaves nothing to compare).
@@ -1159,42 +1071,6 @@ class Engine:
         assert g is not None
         return g, live
 
-    def _likelier_end(self, st: _Decoding, last: int) -> bool:
-        """Cut the first line, just written, where the model finds ending it likelier than
-        the whole line greedy decoding wrote; True when it was cut.
-
-        Greedy decoding goes on wherever one continuation beats ending the line, though
-        what follows may be so uncertain that the longer line as a whole is less likely
-        than the line ending there: with other files' chunks in the prompt the model wrote
-        ``PlainFileLogObserver(sio)) == True`` where it found ``PlainFileLogObserver(sio))``
-        likelier as a line (structlog's own). Each place after the first line's first
-        model-chosen text is scored as the line ending there (its tokens'
-        log-probabilities, then that of a line end, alone or written with the last token
-        as one, ``)\n``); the whole line is the last of these places when ``last`` is a
-        line end itself, else its tokens' log-probabilities with ``last``'s own."""
-        merged = not (self.vocab.is_eog(last) or last in self.template.stop_ids
-                      or not _before_line_end(self.vocab.text_piece(last)))
-        ends = list(st.ends)
-        if merged:
-            ends.append((st.merged_lp, len(st.gen), len(st.out), len(st.line_probs)))
-        elif ends[-1][1] != len(st.gen) - (0 if st.rec.stop == "eog" else 1):
-            return False  # the line's own end was not scored: nothing to compare with
-        best = likelier_end([e[0] for e in ends])
-        if best is None:
-            return False
-        _, n_gen, n_out, n_probs = ends[best]
-        cut = len(st.gen) - n_gen
-        st.rec.line_cut = cut
-        if cut > 0:
-            del st.gen[n_gen:]
-            del st.seq[len(st.seq) - cut:]
-            st.common = min(st.common, len(st.seq))
-        del st.out[n_out:]
-        del st.line_probs[n_probs:]
-        st.text = st.out.decode("utf-8", "ignore")
-        st.rec.stop = "likelier_end"
-        return True
-
     def _constrain(self, st: _Decoding, greedy: int, live: bool) -> int | None:
         """``greedy``, or the best token that keeps the forced (healed) text and the
         no-leading-newline rule; None when no token can."""
@@ -1322,32 +1198,6 @@ def _line_ended(out: bytes | bytearray) -> bool:
     suggestion that starts on a new line has its first line after that)."""
     head = out.lstrip(b" \t\r\n")
     return b"\n" in head or b"\r" in head
-
-
-def likelier_end(scores: list[float], margin: float | None = None) -> int | None:
-    """Where a line should end, given the log-probability of it ending at each of its
-    places in order, the last being where greedy decoding ended it: the index of the
-    likeliest earlier place when it beats the whole line by more than ``margin``, else
-    None (keep the line). Ties keep the longer line."""
-    if len(scores) < 2:
-        return None
-    best = max(range(len(scores) - 1), key=lambda i: (scores[i], i))
-    return best if scores[best] > scores[-1] + (END_MARGIN if margin is None else margin) \
-        else None
-
-
-def _keeps_first_line(st: _Decoding) -> bool:
-    """Whether the text kept so far holds the whole first line written (a stop rule may
-    have cut it short, at the code after the cursor: then its ends are not the model's)."""
-    head = st.out.lstrip(b" \t\r\n")
-    end = len(st.out) - len(head) + len(_before_line_end(head))
-    return len(st.text.encode("utf-8")) >= end
-
-
-def _before_line_end(piece: bytes | bytearray) -> bytes:
-    """Text up to its first line end (all of it when it has none)."""
-    cut = [i for i in (piece.find(b"\n"), piece.find(b"\r")) if i >= 0]
-    return bytes(piece[:min(cut)] if cut else piece)
 
 
 def _logprob(logits: npt.NDArray[Any], tok: int) -> float:
