@@ -739,6 +739,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--peer-from", metavar="OUTCOMES_JSONL", default="",
                    help="with --quality: llama-server's lines from an earlier run's "
                         "quality-MODEL-SPLIT.jsonl on the same tasks, instead of running it")
+    b.add_argument("--fimls-from", metavar="OUTCOMES_JSONL", default="",
+                   help="with --quality: fimls's lines from an earlier run's "
+                        "quality-MODEL-SPLIT.jsonl on the same tasks, instead of running it")
     b.add_argument("--latency-tasks", type=int, default=0,
                    help="with --quality and --peer: on N tasks spread over the repositories, "
                         "the first request after a --cursor-rest pause and --typing typed "

@@ -54,11 +54,11 @@ class ModelOptions:
     n_batch: int = _opt(512, min=1)
     """Tokens per prefill batch."""
     prompt_tokens: int = _opt(0, min=0)
-    """Most tokens in a prompt (its window of the file). 0: sized by time, from the
-    prefill speed measured on this machine, so that a prompt nothing of which is cached
-    costs about six seconds (on a GPU: as much as n_ctx allows); on a slow CPU a FIM
-    request with little cached reads three quarters of it (other files' chunks on top). A
-    fixed window is never cut."""
+    """Most tokens in a prompt (its window of the file; other files' chunks take at most
+    half). 0: sized by time, from the prefill speed measured on this machine, so that a
+    prompt nothing of which is cached costs about six seconds, and never under 1,024 tokens
+    (on a GPU: as much as n_ctx allows). A FIM window is the lines before the cursor and a
+    quarter of it after, as llama-server's /infill."""
     threads: int | None = _opt(None, min=1, nullable=True)
     """CPU threads for llama.cpp; None picks the number of cores (at most 8)."""
     n_gpu_layers: int = 0

@@ -145,3 +145,17 @@ def test_the_report_pools_languages_and_gives_the_paired_difference() -> None:
     assert sweep.splitlines()[1].split()[:3] == ["0.00", "5", "6"]
     assert not math.isnan(float(sweep.splitlines()[-1].split()[-1]))
 
+
+
+def test_earlier_outcomes_are_matched_by_task(tmp_path: Path) -> None:
+    from fimls.tools.harness import Task
+    from fimls.tools.quality_bench import _earlier, load_outcomes
+
+    path = tmp_path / "out.jsonl"
+    rows = [_outcome(True, 0.8, i=1), _outcome(False, None, text="", peer=True, i=2)]
+    path.write_text("".join(json.dumps(o.__dict__) + "\n" for o in rows))
+    assert load_outcomes(path) == rows
+    tasks = [Task("t2", "", "", ""), Task("t1", "", "", "")]
+    assert [o.task_id for o in _earlier(path, tasks)] == ["t2", "t1"]
+    with pytest.raises(SystemExit, match="no result for 1 tasks"):
+        _earlier(path, [Task("t3", "", "", "")])

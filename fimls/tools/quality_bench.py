@@ -66,26 +66,25 @@ def confidences(log: Path, count: int) -> list[float | None]:
 _NOT_RUN: dict[str, Any] = {"line_exact": False, "completion": "", "latency_ms": [math.nan]}
 
 
-def _earlier_peer(path: Path, tasks: Sequence[Task]) -> list[dict[str, Any]]:
-    """The peer's rows for ``tasks`` from an earlier run's outcomes (the peer decodes
-    greedily, so its lines do not depend on when it ran; its latency does)."""
+def _earlier(path: Path, tasks: Sequence[Task]) -> list[Outcome]:
+    """``tasks``' outcomes in an earlier run (both sides decode greedily, so their lines do
+    not depend on when they ran; their latency does)."""
     earlier = {o.task_id: o for o in load_outcomes(path)}
     missing = [t.task_id for t in tasks if t.task_id not in earlier]
     if missing:
-        raise SystemExit(f"{path}: no peer result for {len(missing)} tasks ({missing[0]}, ...)")
-    return [{"line_exact": earlier[t.task_id].peer_right,
-             "completion": earlier[t.task_id].peer_text,
-             "latency_ms": [earlier[t.task_id].peer_ms]} for t in tasks]
+        raise SystemExit(f"{path}: no result for {len(missing)} tasks ({missing[0]}, ...)")
+    return [earlier[t.task_id] for t in tasks]
 
 
 def run_model(sets: QualitySets, split: str, mirrors: Path, out: Path, *, model: str,
               serve_flags: list[str], peer_binary: Path | None, model_path: Path,
               n: int, threads: int, max_tokens: int, fimls: bool = True,
-              peer_from: Path | None = None,
+              peer_from: Path | None = None, fimls_from: Path | None = None,
               progress: Callable[[str], None] | None = None,
               ) -> list[Outcome]:
-    """Every task of ``split`` through fimls serve (unless not ``fimls``) and llama-server
-    (with ``peer_binary``; or its rows from ``peer_from``, an earlier run's outcomes)."""
+    """Every task of ``split`` through fimls serve (unless not ``fimls``; or its lines
+    from ``fimls_from``, an earlier run's outcomes) and llama-server (with
+    ``peer_binary``; or its lines from ``peer_from``)."""
     labelled: list[tuple[str, Task]] = []
     for spec in sets.split(split):
         for task in repo_tasks(spec, mirrors, n, sets.seed, cache=out / "tasks"):
@@ -93,7 +92,12 @@ def run_model(sets: QualitySets, split: str, mirrors: Path, out: Path, *, model:
     tasks = [t for _, t in labelled]
     rows = [_NOT_RUN] * len(tasks)
     conf: list[float | None] = [None] * len(tasks)
-    if fimls:
+    if fimls_from is not None:
+        mine = _earlier(fimls_from, tasks)
+        rows = [{"line_exact": o.fimls_right, "completion": o.fimls_text,
+                 "latency_ms": [o.fimls_ms]} for o in mine]
+        conf = [o.confidence for o in mine]
+    elif fimls:
         log = out / f"quality-{model}-{split}.log.jsonl"
         serve = [*serve_flags, "--model", model, "--min-confidence", "0"]
         rows = peer.run_fimls(serve, tasks, typing=0, latency_log=log, in_repo=True,
@@ -101,7 +105,8 @@ def run_model(sets: QualitySets, split: str, mirrors: Path, out: Path, *, model:
         conf = confidences(log, len(tasks))
     peer_rows = [_NOT_RUN] * len(tasks)
     if peer_from is not None:
-        peer_rows = _earlier_peer(peer_from, tasks)
+        peer_rows = [{"line_exact": o.peer_right, "completion": o.peer_text,
+                      "latency_ms": [o.peer_ms]} for o in _earlier(peer_from, tasks)]
     elif peer_binary is not None:
         peer_rows = peer.run_peer(peer_binary, model_path, tasks, typing=0, max_tokens=max_tokens,
                                   threads=threads, progress=progress)
@@ -238,6 +243,7 @@ def main(args: Any, serve_flags: list[str], *, model_names: list[str], max_token
                              model_path=path, n=n, threads=threads, max_tokens=max_tokens,
                              fimls=not args.peer_only,
                              peer_from=Path(args.peer_from) if args.peer_from else None,
+                             fimls_from=Path(args.fimls_from) if args.fimls_from else None,
                              progress=bar.step)
         print(format_report(outcomes, gate, f"{label}, {args.split} set, first line right "
                             f"(fimls at --min-confidence {gate:g}; ungat: at 0), max tokens "
