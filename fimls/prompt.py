@@ -31,6 +31,9 @@ CHARS_PER_TOKEN_GUESS = 3  # conservative: code usually packs 3.5-4.5 chars per 
 # before it takes the rest (and what the suffix leaves). llama-server's /infill takes 3/4 of
 # its batch before the cursor and 1/4 after.
 SUFFIX_SHARE = 0.25
+# A window cut at the guessed density that holds less than this share of its budget is
+# widened at the text's own density (code often packs 4 characters a token, not 3).
+FILL = 0.9
 
 
 class VocabLike(Protocol):
@@ -237,14 +240,20 @@ def _fit_prefix(vocab: VocabLike, prefix: str, budget: int,
     """The tail of ``prefix`` that tokenizes within ``budget`` tokens, and its tokens.
 
     Every candidate is a :func:`prefix_window`, so the start stays on the quantised grid of
-    document positions even when the first guess (CHARS_PER_TOKEN_GUESS) holds too many
-    tokens: a keystroke at the cursor then still leaves the window's start in place.
+    document positions: a keystroke at the cursor then still leaves the window's start in
+    place. The first cut assumes CHARS_PER_TOKEN_GUESS; one that fills less than
+    :data:`FILL` of the budget is widened once at its own density, then shrunk to fit.
     """
     chars = budget * CHARS_PER_TOKEN_GUESS
     step = _quantum(chars)  # fixed by the budget, not by this text's length
+    widened = False
     while True:
         text = prefix_window(prefix, chars, prefix_offset, step)
         toks = vocab.tokenize(text)
+        if not widened and toks and len(text) < len(prefix) and len(toks) < budget * FILL:
+            widened = True
+            chars = len(text) * budget // len(toks)
+            continue
         if len(toks) <= budget or not text:
             return text, toks
         # Drop at least the excess at this text's own density; prefix_window then rounds
@@ -252,18 +261,21 @@ def _fit_prefix(vocab: VocabLike, prefix: str, budget: int,
         chars = len(text) - -(-(len(toks) - budget) * len(text) // len(toks))
 
 
-def _fit_suffix(vocab: VocabLike, suffix: str, budget: int,
-                guess: float = CHARS_PER_TOKEN_GUESS) -> tuple[str, list[int]]:
-    """The head of ``suffix`` that tokenizes within ``budget`` tokens, and its tokens
-    (the first cut at ``guess`` characters per token, then shrunk to fit)."""
-    text = suffix_window(suffix, int(budget * guess))
-    while True:
+def _fit_suffix(vocab: VocabLike, suffix: str, budget: int) -> tuple[str, list[int]]:
+    """The head of ``suffix`` that tokenizes within ``budget`` tokens, and its tokens (the
+    first cut at CHARS_PER_TOKEN_GUESS, widened once at its own density when it fills less
+    than :data:`FILL` of the budget, then shrunk to fit)."""
+    text = suffix_window(suffix, budget * CHARS_PER_TOKEN_GUESS)
+    toks = vocab.tokenize(text)
+    if toks and len(text) < len(suffix) and len(toks) < budget * FILL:
+        text = suffix_window(suffix, len(text) * budget // len(toks))
         toks = vocab.tokenize(text)
-        if len(toks) <= budget or not text:
-            return text, toks
+    while len(toks) > budget and text:
         keep = len(text) - -(-(len(toks) - budget) * len(text) // len(toks))
         nl = text.rfind("\n", 0, keep)
         text = text[: nl + 1] if nl >= 0 else text[: max(0, keep)]
+        toks = vocab.tokenize(text)
+    return text, toks
 
 
 def _heal(vocab: VocabLike, toks: list[int]) -> tuple[list[int], bytes]:
