@@ -649,6 +649,8 @@ def _passthrough_flags(args: argparse.Namespace) -> list[str]:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for all subcommands."""
+    from fimls.tools import quality_args
+
     p = argparse.ArgumentParser(prog="fimls", description="Local fill-in-the-middle code "
                                 "completion over the Language Server Protocol.")
     p.add_argument("--version", action="version", version=f"fimls {__version__}")
@@ -724,31 +726,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "of --sets)")
     b.add_argument("--suffix-chars", type=int, default=3,
                    help="typed characters per task for --suffix-tasks (default 3)")
-    b.add_argument("--quality", metavar="SETS_TOML", default="",
-                   help="right first lines on real edits from the repositories of SETS_TOML "
-                        "(docs/measurements/quality-sets.toml), beside llama-server with "
-                        "--peer; only this runs")
-    b.add_argument("--split", choices=("tuning", "report"), default="tuning",
-                   help="which repositories of --quality (default tuning)")
-    b.add_argument("--mirrors", default="/work/.mirror",
-                   help="folder of the git mirrors of --quality, one owner+name each")
-    b.add_argument("--quality-tasks", type=int, default=0,
-                   help="tasks per repository for --quality (default: the file's)")
-    b.add_argument("--peer-only", action="store_true",
-                   help="with --quality: run llama-server (--peer) alone, not fimls")
-    b.add_argument("--peer-from", metavar="OUTCOMES_JSONL", default="",
-                   help="with --quality: llama-server's lines from an earlier run's "
-                        "quality-MODEL-SPLIT.jsonl on the same tasks, instead of running it")
-    b.add_argument("--fimls-from", metavar="OUTCOMES_JSONL", default="",
-                   help="with --quality: fimls's lines from an earlier run's "
-                        "quality-MODEL-SPLIT.jsonl on the same tasks, instead of running it")
-    b.add_argument("--latency-tasks", type=int, default=0,
-                   help="with --quality and --peer: on N tasks spread over the repositories, "
-                        "the first request after a --cursor-rest pause and --typing typed "
-                        "characters, fimls beside llama-server")
-    b.add_argument("--cursor-rest", type=float, default=10.0,
-                   help="seconds the cursor rests before the first request of "
-                        "--latency-tasks (default 10; fimls/cursor is sent first)")
+    quality_args.add_arguments(b)
     b.add_argument("--out", default="bench-out", help="folder for bench.json and bench.png")
     _add_option_flags(b)
     b.set_defaults(func=cmd_bench)
