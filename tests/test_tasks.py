@@ -344,3 +344,22 @@ def test_cross_file_tasks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     _, loaded = load_tasks(str(out), 10)
     assert loaded[0].path == "pkg/app.py" and loaded[0].open[0][0] == "pkg/money.py"
     assert "def convert_amount" in loaded[0].open[0][1]
+
+
+def test_a_commit_whose_objects_are_missing_is_passed_over(tmp_path: Path) -> None:
+    # A partial mirror can lack an object some commit needs: that commit is skipped and
+    # counted, the others still give tasks.
+    repo = tmp_path / "partial"
+    init_repo(repo)
+    app = ODD + BASE
+    commit(repo, {"app.py": app}, "root")
+    app = insert_after(app, "def function_2(x):", "    y = helper(x) + 41\n")
+    commit(repo, {"app.py": app}, "one")
+    app = insert_after(app, "def function_5(x):", "    z = compute(x) * 3\n")
+    lost = commit(repo, {"app.py": app, "other.py": "VALUE = compute(1)\n"}, "two")
+    tree = git(repo, "rev-parse", f"{lost}^{{tree}}").strip()
+    (repo / ".git" / "objects" / tree[:2] / tree[2:]).unlink()
+    made, skipped = T.from_git(repo, n=10, seed=0)
+    assert skipped["unreadable commit"] == 1
+    # The one readable edit (the cursor at its line's start or part-way in).
+    assert len(made) == 1 and "y = helper(x) + 41\n".endswith(made[0]["target"])

@@ -336,7 +336,13 @@ def from_git(repo: Path | str, *, n: int = 300, seed: int = 0, rev: str = "HEAD"
         if len(pools) >= n:
             break
         pool = []
-        for task in _commit_tasks(repo, name, commit, limits, rng, skipped):
+        try:
+            made = _commit_tasks(repo, name, commit, limits, rng, skipped)
+        except TaskError:
+            # A snapshot can lack an object some commit needs (a partial mirror).
+            skipped["unreadable commit"] += 1
+            continue
+        for task in made:
             # The same lines re-added (a revert, a cherry-pick) make one task.
             key = (task["path"], task["prefix"][-200:], task["target"])
             if key in seen:
