@@ -688,7 +688,9 @@ def test_both_prompts_must_fit_the_cache(tmp_path: Path) -> None:
         assert res.record.second_line != "" and len(eng.alt) > 80
         res = eng.complete(_second_request(prefix=long_prefix, context=[], max_tokens=48),
                            lambda: False)
-        assert res.record.prompt_tokens > 350 and res.record.error is None
+        # (the window's quantised start drops up to a quarter of its 400 tokens; with the
+        # second prompt's 80 or more they pass the 400 the cache leaves a prompt)
+        assert res.record.prompt_tokens > 300 and res.record.error is None
         assert eng.alt == []
     finally:
         eng.close()
