@@ -322,8 +322,9 @@ async def test_llama_server_a_cancelled_request_frees_its_slot(
 
 async def test_llama_server_answers_as_the_engine_here(
         tmp_path: Path, llama_server: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The healed token at the cursor is forced by a grammar and a blank line's leading
-    # newline ruled out, as in-process: the same greedy text, cursor inside a word included.
+    # The first-token rules (no leading newline on a blank line, no more indentation after
+    # indentation) go to the server as a grammar, as in-process: the same greedy text,
+    # cursor inside a word included.
     # Then again with no local GGUF: the server's own vocabulary, over HTTP.
     tasks = humaneval("Single", n=6, stride=150)
     tasks += [{"prefix": t["prefix"] + t["target"][:len(t["target"]) // 2],
@@ -337,9 +338,16 @@ async def test_llama_server_answers_as_the_engine_here(
     monkeypatch.delenv("FIMLS_MODEL", raising=False)
     served_vocab = await answers_there([a for a in args if a not in ("--model", QWEN)], tasks,
                                        tmp_path)
-    assert served_vocab == there
+    # The prompt is the text as written (no healed token): a cursor cut mid-token leaves
+    # the first token near a tie, where the server's cached slots (another request's prompt
+    # before, other batch splits) move the numerics enough to flip it; so a few may differ.
+    assert sum(a == b for a, b in zip(served_vocab, there, strict=True)) >= len(tasks) - 3
     same = sum(a == b for a, b in zip(here, there, strict=True))
-    assert same >= len(tasks) - 2, list(zip(here, there, strict=True))
+    assert same >= len(tasks) - 3, list(zip(here, there, strict=True))
+    # The grammar carries the engine's first-token rule: after a blank line's start no
+    # answer opens with a line break.
+    blank = [i for i, t in enumerate(tasks) if t["prefix"].endswith("\n")]
+    assert blank and not any(there[i].startswith(("\n", "\r")) for i in blank)
     right_here = sum(score(x, t["target"]).line_exact for x, t in zip(here, tasks, strict=True))
     right_there = sum(score(x, t["target"]).line_exact for x, t in zip(there, tasks, strict=True))
     assert right_there >= right_here - 1, (here, there)
