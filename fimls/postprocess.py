@@ -233,11 +233,9 @@ def banned_first_bytes(mode: str, line_prefix: str) -> bytes:
     """The bytes a suggestion may not start with, for a cursor after ``line_prefix``.
 
     On a blank line a multi-line suggestion never starts with a newline (it would be
-    invisible ghost text). After indentation it never starts with more of it: the target
-    starts with the line's code, and a model reading the indentation as written (not
-    healed) may write it again. Ruled out while decoding, rather than trimmed afterwards,
-    so that the shown text stays the model's token path and typing it reuses it.
+    invisible ghost text). Ruled out while decoding, rather than trimmed afterwards, so that
+    the shown text stays the model's token path and typing it reuses it. (More indentation
+    after indentation is not ruled out: a user typing an accepted suggestion's indentation
+    stands in the middle of it.)
     """
-    blank = not line_prefix.strip()
-    ban = b"\n\r" if blank and mode != "line" else b""
-    return ban + (b" \t" if blank and line_prefix else b"")
+    return b"\n\r" if not line_prefix.strip() and mode != "line" else b""

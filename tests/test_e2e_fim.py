@@ -1,7 +1,7 @@
 """FIM mode with a real FIM model (Qwen2.5-Coder 0.5B): what continuation mode had first.
 
 - The text up to the cursor is read as written (no token healing, as llama-server's
-  /infill), and after indentation the model never indents again.
+  /infill).
 - The single-line / multi-line policy and the dedent and suffix stops, checked against the
   model's own raw generation (what the engine computed, whatever this CPU's kernels make of
   it), not against outputs remembered from one machine.
@@ -74,7 +74,7 @@ def _indent(line: str) -> int:
 
 def test_the_template_is_fim_and_the_prefix_is_read_as_written(engine: Engine) -> None:
     # As llama-server's /infill: the text up to the cursor as it is, indentation and half
-    # words included (the first-token rules keep the model from indenting again).
+    # words included.
     assert engine.template.kind == "fim"
     prefix = "def f():\n    "
     prompt = engine.build(CompletionRequest(uri="u", version=1, prefix=prefix, suffix="\n"))

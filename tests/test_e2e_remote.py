@@ -322,9 +322,8 @@ async def test_llama_server_a_cancelled_request_frees_its_slot(
 
 async def test_llama_server_answers_as_the_engine_here(
         tmp_path: Path, llama_server: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The first-token rules (no leading newline on a blank line, no more indentation after
-    # indentation) go to the server as a grammar, as in-process: the same greedy text,
-    # cursor inside a word included.
+    # The first-token rule (no leading newline on a blank line) goes to the server as a
+    # grammar, as in-process: the same greedy text, cursor inside a word included.
     # Then again with no local GGUF: the server's own vocabulary, over HTTP.
     tasks = humaneval("Single", n=6, stride=150)
     tasks += [{"prefix": t["prefix"] + t["target"][:len(t["target"]) // 2],
