@@ -63,7 +63,12 @@ def confidences(log: Path, count: int) -> list[float | None]:
     return out
 
 
-_NOT_RUN: dict[str, Any] = {"line_exact": False, "completion": "", "latency_ms": [math.nan]}
+def _row(right: bool, text: str, ms: float) -> dict[str, Any]:
+    """A task's row as the editor harness reports it (see fimls.tools.peer)."""
+    return {"line_exact": right, "completion": text, "latency_ms": [ms]}
+
+
+_NOT_RUN = _row(False, "", math.nan)
 
 
 def _earlier(path: Path, tasks: Sequence[Task]) -> list[Outcome]:
@@ -94,8 +99,7 @@ def run_model(sets: QualitySets, split: str, mirrors: Path, out: Path, *, model:
     conf: list[float | None] = [None] * len(tasks)
     if fimls_from is not None:
         mine = _earlier(fimls_from, tasks)
-        rows = [{"line_exact": o.fimls_right, "completion": o.fimls_text,
-                 "latency_ms": [o.fimls_ms]} for o in mine]
+        rows = [_row(o.fimls_right, o.fimls_text, o.fimls_ms) for o in mine]
         conf = [o.confidence for o in mine]
     elif fimls:
         log = out / f"quality-{model}-{split}.log.jsonl"
@@ -105,8 +109,8 @@ def run_model(sets: QualitySets, split: str, mirrors: Path, out: Path, *, model:
         conf = confidences(log, len(tasks))
     peer_rows = [_NOT_RUN] * len(tasks)
     if peer_from is not None:
-        peer_rows = [{"line_exact": o.peer_right, "completion": o.peer_text,
-                      "latency_ms": [o.peer_ms]} for o in _earlier(peer_from, tasks)]
+        peer_rows = [_row(o.peer_right, o.peer_text, o.peer_ms)
+                     for o in _earlier(peer_from, tasks)]
     elif peer_binary is not None:
         peer_rows = peer.run_peer(peer_binary, model_path, tasks, typing=0, max_tokens=max_tokens,
                                   threads=threads, progress=progress)
