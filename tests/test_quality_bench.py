@@ -147,15 +147,37 @@ def test_the_report_pools_languages_and_gives_the_paired_difference() -> None:
 
 
 
-def test_earlier_outcomes_are_matched_by_task(tmp_path: Path) -> None:
+def test_earlier_outcomes_are_matched_by_task_and_the_rest_is_run(tmp_path: Path) -> None:
     from fimls.tools.harness import Task
-    from fimls.tools.quality_bench import _earlier, load_outcomes
+    from fimls.tools.quality_bench import _known, _side, load_outcomes
 
     path = tmp_path / "out.jsonl"
     rows = [_outcome(True, 0.8, i=1), _outcome(False, None, text="", peer=True, i=2)]
     path.write_text("".join(json.dumps(o.__dict__) + "\n" for o in rows))
     assert load_outcomes(path) == rows
+    mine = _known([path], True)
     tasks = [Task("t2", "", "", ""), Task("t1", "", "", "")]
-    assert [o.task_id for o in _earlier(path, tasks)] == ["t2", "t1"]
-    with pytest.raises(SystemExit, match="no result for 1 tasks"):
-        _earlier(path, [Task("t3", "", "", "")])
+    assert [c for _, c in _side(tasks, mine, None, "fimls")] == [None, 0.8]
+    assert [r["line_exact"] for r, _ in _side(tasks, _known([path], False), None, "peer")] \
+        == [True, False]
+    with pytest.raises(SystemExit, match="no earlier result for 1 tasks"):
+        _side([Task("t3", "", "", "")], mine, None, "fimls")
+    asked: list[str] = []
+
+    def run(todo: list[Task]) -> list[tuple[dict[str, object], float | None]]:
+        asked.extend(t.task_id for t in todo)
+        return [({"line_exact": True, "completion": "x", "latency_ms": [1.0]}, 0.3)
+                for _ in todo]
+
+    got = _side([Task("t3", "", "", ""), *tasks], mine, run, "fimls")
+    assert asked == ["t3"]
+    assert [c for _, c in got] == [0.3, None, 0.8]
+    assert _side(tasks, {}, None, "peer")[0][0]["completion"] == ""
+
+
+def test_a_split_can_be_narrowed_to_some_repositories() -> None:
+    sets = load_sets(REPO_SETS)
+    some = sets.split("report", ["Textualize/rich", "go-chi/CHI"])
+    assert [s.repo for s in some] == ["Textualize/rich", "go-chi/chi"]
+    with pytest.raises(ValueError, match="pallets/click"):
+        sets.split("report", ["pallets/click"])

@@ -20,12 +20,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="tasks per repository for --quality (default: the file's)")
     parser.add_argument("--peer-only", action="store_true",
                         help="with --quality: run llama-server (--peer) alone, not fimls")
-    parser.add_argument("--peer-from", metavar="OUTCOMES_JSONL", default="",
+    parser.add_argument("--repos", default="",
+                        help="with --quality: only these repositories of the split "
+                             "(owner/name, comma-separated)")
+    parser.add_argument("--peer-from", metavar="OUTCOMES_JSONL", action="append", default=[],
                         help="with --quality: llama-server's lines from an earlier run's "
-                             "quality-MODEL-SPLIT.jsonl on the same tasks, instead of running it")
-    parser.add_argument("--fimls-from", metavar="OUTCOMES_JSONL", default="",
+                             "quality-MODEL-SPLIT.jsonl (repeatable); with --peer, the tasks "
+                             "they lack are run, otherwise every task must be there")
+    parser.add_argument("--fimls-from", metavar="OUTCOMES_JSONL", action="append", default=[],
                         help="with --quality: fimls's lines from an earlier run's "
-                             "quality-MODEL-SPLIT.jsonl on the same tasks, instead of running it")
+                             "quality-MODEL-SPLIT.jsonl (repeatable); the tasks they lack are "
+                             "run, unless --peer-only")
     parser.add_argument("--latency-tasks", type=int, default=0,
                         help="with --quality and --peer: on N tasks spread over the repositories, "
                              "the first request after a --cursor-rest pause and --typing typed "

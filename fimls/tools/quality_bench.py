@@ -70,54 +70,88 @@ def _row(right: bool, text: str, ms: float) -> dict[str, Any]:
 
 _NOT_RUN = _row(False, "", math.nan)
 
+Row = dict[str, Any]
+Side = list[tuple[Row, float | None]]  # each task's row and fimls's confidence
 
-def _earlier(path: Path, tasks: Sequence[Task]) -> list[Outcome]:
-    """``tasks``' outcomes in an earlier run (both sides decode greedily, so their lines do
-    not depend on when they ran; their latency does)."""
-    earlier = {o.task_id: o for o in load_outcomes(path)}
-    missing = [t.task_id for t in tasks if t.task_id not in earlier]
-    if missing:
-        raise SystemExit(f"{path}: no result for {len(missing)} tasks ({missing[0]}, ...)")
-    return [earlier[t.task_id] for t in tasks]
+
+def _known(paths: Sequence[Path], fimls: bool) -> dict[str, tuple[Row, float | None]]:
+    """One side's rows from earlier runs' outcome files, by task (a later file wins)."""
+    known: dict[str, tuple[Row, float | None]] = {}
+    for path in paths:
+        for o in load_outcomes(path):
+            known[o.task_id] = ((_row(o.fimls_right, o.fimls_text, o.fimls_ms), o.confidence)
+                                if fimls else (_row(o.peer_right, o.peer_text, o.peer_ms), None))
+    return known
+
+
+def _side(tasks: Sequence[Task], known: dict[str, tuple[Row, float | None]],
+          run: Callable[[list[Task]], Side] | None, name: str) -> Side:
+    """One side's rows for ``tasks``: the ``known`` ones, and ``run`` for the rest (a
+    resumed run). Without ``run`` the side is not measured, unless it is partly known."""
+    todo = [t for t in tasks if t.task_id not in known]
+    fresh: dict[str, tuple[Row, float | None]] = {}
+    if todo and run is None:
+        if known:
+            raise SystemExit(f"{name}: no earlier result for {len(todo)} tasks "
+                             f"({todo[0].task_id}, ...)")
+        return [(_NOT_RUN, None)] * len(tasks)
+    if todo and run is not None:
+        fresh = dict(zip((t.task_id for t in todo), run(todo), strict=True))
+    return [known[t.task_id] if t.task_id in known else fresh[t.task_id] for t in tasks]
+
+
+def _fimls_runner(serve_flags: list[str], model: str, log: Path,
+                  progress: Callable[[str], None] | None) -> Callable[[list[Task]], Side]:
+    def run(todo: list[Task]) -> Side:
+        log.unlink(missing_ok=True)
+        serve = [*serve_flags, "--model", model, "--min-confidence", "0"]
+        rows = peer.run_fimls(serve, todo, typing=0, latency_log=log, in_repo=True,
+                              progress=progress)
+        return list(zip(rows, confidences(log, len(todo)), strict=True))
+    return run
+
+
+def _peer_runner(binary: Path, model_path: Path, max_tokens: int, threads: int,
+                 progress: Callable[[str], None] | None) -> Callable[[list[Task]], Side]:
+    def run(todo: list[Task]) -> Side:
+        rows = peer.run_peer(binary, model_path, todo, typing=0, max_tokens=max_tokens,
+                             threads=threads, progress=progress)
+        return [(r, None) for r in rows]
+    return run
+
+
+@dataclass(frozen=True)
+class Sources:
+    """Where each side's lines come from: earlier runs' outcome files (``*_from``) and,
+    for the tasks those lack, a run (fimls unless ``fimls`` is off; the peer with
+    ``peer_binary``)."""
+
+    fimls: bool = True
+    peer_binary: Path | None = None
+    fimls_from: tuple[Path, ...] = ()
+    peer_from: tuple[Path, ...] = ()
 
 
 def run_model(sets: QualitySets, split: str, mirrors: Path, out: Path, *, model: str,
-              serve_flags: list[str], peer_binary: Path | None, model_path: Path,
-              n: int, threads: int, max_tokens: int, fimls: bool = True,
-              peer_from: Path | None = None, fimls_from: Path | None = None,
-              progress: Callable[[str], None] | None = None,
-              ) -> list[Outcome]:
-    """Every task of ``split`` through fimls serve (unless not ``fimls``; or its lines
-    from ``fimls_from``, an earlier run's outcomes) and llama-server (with
-    ``peer_binary``; or its lines from ``peer_from``)."""
-    labelled: list[tuple[str, Task]] = []
-    for spec in sets.split(split):
-        for task in repo_tasks(spec, mirrors, n, sets.seed, cache=out / "tasks"):
-            labelled.append((spec.repo, task))
+              serve_flags: list[str], model_path: Path, n: int, threads: int,
+              max_tokens: int, sources: Sources, repos: Sequence[str] = (),
+              progress: Callable[[str], None] | None = None) -> list[Outcome]:
+    """Every task of ``split`` (or of its ``repos`` only) through fimls serve and
+    llama-server, as ``sources`` says; the outcomes are written to ``out``."""
+    labelled = [(spec.repo, task) for spec in sets.split(split, repos)
+                for task in repo_tasks(spec, mirrors, n, sets.seed, cache=out / "tasks")]
     tasks = [t for _, t in labelled]
-    rows = [_NOT_RUN] * len(tasks)
-    conf: list[float | None] = [None] * len(tasks)
-    if fimls_from is not None:
-        mine = _earlier(fimls_from, tasks)
-        rows = [_row(o.fimls_right, o.fimls_text, o.fimls_ms) for o in mine]
-        conf = [o.confidence for o in mine]
-    elif fimls:
-        log = out / f"quality-{model}-{split}.log.jsonl"
-        serve = [*serve_flags, "--model", model, "--min-confidence", "0"]
-        rows = peer.run_fimls(serve, tasks, typing=0, latency_log=log, in_repo=True,
-                              progress=progress)
-        conf = confidences(log, len(tasks))
-    peer_rows = [_NOT_RUN] * len(tasks)
-    if peer_from is not None:
-        peer_rows = [_row(o.peer_right, o.peer_text, o.peer_ms)
-                     for o in _earlier(peer_from, tasks)]
-    elif peer_binary is not None:
-        peer_rows = peer.run_peer(peer_binary, model_path, tasks, typing=0, max_tokens=max_tokens,
-                                  threads=threads, progress=progress)
+    log = out / f"quality-{model}-{split}.log.jsonl"
+    mine = _side(tasks, _known(sources.fimls_from, True),
+                 _fimls_runner(serve_flags, model, log, progress) if sources.fimls else None,
+                 "fimls")
+    theirs = _side(tasks, _known(sources.peer_from, False),
+                   _peer_runner(sources.peer_binary, model_path, max_tokens, threads, progress)
+                   if sources.peer_binary else None, "llama-server")
     outcomes = [Outcome(repo, language_of_task(t), t.task_id, bool(f["line_exact"]), c,
                         f["completion"], f["latency_ms"][0], bool(p["line_exact"]),
                         p["completion"], p["latency_ms"][0])
-                for (repo, t), f, c, p in zip(labelled, rows, conf, peer_rows, strict=True)]
+                for (repo, t), (f, c), (p, _) in zip(labelled, mine, theirs, strict=True)]
     with open(out / f"quality-{model}-{split}.jsonl", "w", encoding="utf-8") as f:
         for o in outcomes:
             f.write(json.dumps(o.__dict__) + "\n")
@@ -236,18 +270,19 @@ def main(args: Any, serve_flags: list[str], *, model_names: list[str], max_token
     n = args.quality_tasks or sets.tasks
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    specs = sets.split(args.split)
+    repos = [r for r in args.repos.split(",") if r] if args.repos else []
+    specs = sets.split(args.split, repos)
     peer_binary = Path(args.peer) if args.peer else None
+    sources = Sources(fimls=not args.peer_only, peer_binary=peer_binary,
+                      fimls_from=tuple(Path(p) for p in args.fimls_from),
+                      peer_from=tuple(Path(p) for p in args.peer_from))
     bar = Progress(len(specs) * n * len(model_names) * (1 + bool(peer_binary)), "quality")
     for name in model_names:
         path = resolve_model(name)
         label = catalogue_name(path) or path.stem
         outcomes = run_model(sets, args.split, Path(args.mirrors), out, model=name,
-                             serve_flags=serve_flags, peer_binary=peer_binary,
-                             model_path=path, n=n, threads=threads, max_tokens=max_tokens,
-                             fimls=not args.peer_only,
-                             peer_from=Path(args.peer_from) if args.peer_from else None,
-                             fimls_from=Path(args.fimls_from) if args.fimls_from else None,
+                             serve_flags=serve_flags, model_path=path, n=n, threads=threads,
+                             max_tokens=max_tokens, sources=sources, repos=repos,
                              progress=bar.step)
         print(format_report(outcomes, gate, f"{label}, {args.split} set, first line right "
                             f"(fimls at --min-confidence {gate:g}; ungat: at 0), max tokens "

@@ -11,6 +11,7 @@ as ``repo``), as the project's fetch tooling lays them out.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,11 +45,19 @@ class QualitySets:
     tasks: int = 40
     seed: int = 1
 
-    def split(self, name: str) -> list[RepoSpec]:
-        """The measurable repositories of one split (those with a revision)."""
+    def split(self, name: str, only: Sequence[str] = ()) -> list[RepoSpec]:
+        """The measurable repositories of one split (those with a revision); with ``only``,
+        just those of them (owner/name, any case)."""
         if name not in SPLITS:
             raise ValueError(f"unknown split {name!r} (one of {', '.join(SPLITS)})")
-        return [r for r in self.repos if r.split == name and r.rev]
+        specs = [r for r in self.repos if r.split == name and r.rev]
+        if not only:
+            return specs
+        wanted = {o.lower() for o in only}
+        unknown = wanted - {r.repo.lower() for r in specs}
+        if unknown:
+            raise ValueError(f"not measurable in the {name} set: {', '.join(sorted(unknown))}")
+        return [r for r in specs if r.repo.lower() in wanted]
 
 
 def parse_sets(data: dict[str, Any]) -> QualitySets:
