@@ -123,9 +123,14 @@ class CompletionOptions:
     to their new positions) instead of recomputing them. An approximation: they attended
     to the text before the edit."""
     context_tokens: int = _opt(512, min=0)
-    """Most tokens of other open buffers at the front of the prompt (definitions of the
-    identifiers near the cursor and of the names the file imports, recently edited regions,
-    a ring of chunks), at most half the prompt. 0: only the current file."""
+    """Most tokens of other files (open buffers, and workspace files the file imports) at
+    the front of the prompt (definitions of the identifiers near the cursor and of the
+    names the file imports, recently edited regions, a ring of chunks), at most half the
+    prompt. 0: only the current file."""
+    workspace_files: bool = True
+    """Read the workspace files the current file imports (resolved inside its workspace
+    folder; never what git ignores, never a file named like a secret) for definitions at
+    the front of the prompt, as other open files are. false: open files only."""
     second_reading: bool = True
     """FIM models, with other files' chunks in the prompt: the prompt is also read without
     them, and where that reading writes another first line, the line the prompt with the

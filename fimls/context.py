@@ -27,7 +27,7 @@ import keyword
 import logging
 import re
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 log = logging.getLogger(__name__)
@@ -45,6 +45,7 @@ MIN_NAME = 3  # shorter names near the cursor are locals (i, e, it), not looked 
 RECENT_LINES = 12  # lines around the last edit or request in another buffer
 NEAR_BEFORE = 24  # lines before the cursor whose identifiers are looked up
 NEAR_AFTER = 4
+DISK_BUFFERS = 256  # workspace files whose definition index is kept
 CHARS_PER_TOKEN = 3  # a safe guess for code; the engine counts exactly and trims
 
 _DEF = re.compile(
@@ -251,6 +252,7 @@ class ContextStore:
     ring_size: int = RING_SIZE
     _buffers: dict[str, _Buffer] = field(default_factory=dict)
     _ring: list[ContextChunk] = field(default_factory=list)
+    _disk: dict[str, _Buffer] = field(default_factory=dict)
 
     def open(self, uri: str, path: str, text_of: Callable[[], str | None]) -> None:
         """A buffer was opened; ``text_of`` reads its current text (no copy is kept)."""
@@ -304,11 +306,25 @@ class ContextStore:
             buf.defs = definitions(text)
         return buf.defs
 
+    def _disk_buffer(self, uri: str, path: str, text: str) -> _Buffer:
+        """A file read from disk as a closed buffer (indexed once per text)."""
+        buf = self._disk.get(uri)
+        if buf is None or buf.text_of() is not text:
+            buf = _Buffer(path=path, text_of=lambda: text)
+            self._disk.pop(uri, None)
+            self._disk[uri] = buf
+            while len(self._disk) > DISK_BUFFERS:
+                self._disk.pop(next(iter(self._disk)))
+        return buf
+
     def select(self, uri: str, prefix: str, suffix: str, char_budget: int, *,
-               near: tuple[int, int] = (NEAR_BEFORE, NEAR_AFTER)) -> list[ContextChunk]:
+               near: tuple[int, int] = (NEAR_BEFORE, NEAR_AFTER),
+               disk: Sequence[tuple[str, str, str]] = ()) -> list[ContextChunk]:
         """The chunks for a cursor between ``prefix`` and ``suffix`` of ``uri``, most
         useful first, within about ``char_budget`` characters; identifiers are looked up
-        from ``near`` lines before and after the cursor."""
+        from ``near`` lines before and after the cursor. ``disk``: files the document
+        imports that are not open, as (uri, path, text); they give definitions, after the
+        open buffers, and never recent regions or ring chunks."""
         if char_budget <= 0:
             return []
         cur = self._buffers.get(uri)
@@ -367,6 +383,10 @@ class ContextStore:
             if text is None:
                 continue
             others[u] = (buf, text.splitlines(), self._defs(buf, text))
+        for u, rel, text in disk:
+            if u not in others and u != uri:
+                buf = self._disk_buffer(u, rel, text)
+                others[u] = (buf, text.splitlines(), self._defs(buf, text))
         chosen: list[ContextChunk] = []
         used = 0
 

@@ -39,6 +39,7 @@ __all__ = [
     "Range",
     "TextDocument",
     "coerce_encoding",
+    "file_path",
     "split_lines",
     "workspace_relative_path",
 ]
@@ -405,6 +406,11 @@ def _file_uri_path(uri: str) -> str | None:
     if netloc.lower() == "localhost":
         netloc = ""
     return f"//{netloc}{path}" if netloc else path
+
+
+def file_path(uri: str) -> str | None:
+    """The file system path of a ``file:`` URI; None for other schemes."""
+    return _file_uri_path(uri)
 
 
 def workspace_relative_path(uri: str, roots: list[str]) -> tuple[str | None, str]:

@@ -32,7 +32,7 @@ from fimls import __version__
 from fimls.config import Options, apply_dict
 from fimls.context import CHARS_PER_TOKEN as CONTEXT_CHARS_PER_TOKEN
 from fimls.context import NEAR_AFTER, NEAR_BEFORE, ContextChunk, ContextStore
-from fimls.documents import DocumentStore, Pos, TextDocument, workspace_relative_path
+from fimls.documents import DocumentStore, Pos, TextDocument, file_path, workspace_relative_path
 from fimls.engine.api import (
     CompletionRequest,
     CompletionResult,
@@ -44,6 +44,7 @@ from fimls.latency import LatencyLog
 from fimls.models import default_latency_log
 from fimls.protocol import StrictProtocol, valid_id
 from fimls.scheduler import Scheduler
+from fimls.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +111,7 @@ class FimlsServer(LanguageServer):
         self._context_sets: dict[str, tuple[int, list[ContextChunk]]] = {}
         self.encoding = "utf-16"
         self.roots: list[str] = []
+        self.disk = Workspace([])  # the workspace folders on disk; set at initialize
         self.latency_log = LatencyLog(self._latency_path(options))
         self.scheduler = Scheduler(self.latency_log)
         self._warned: set[str] = set()
@@ -411,18 +413,31 @@ class FimlsServer(LanguageServer):
         the idle prefill that follows evaluates it before the next request.
         """
         budget = self.options.completion.context_tokens * CONTEXT_CHARS_PER_TOKEN
-        if budget <= 0 or len(self.docs.uris()) < 2:
+        if budget <= 0:
             return []
         cur = self._context_sets.get(doc.uri)
         if cur is not None and abs(cur[0] - pos.line) <= CONTEXT_REGION_LINES and not idle:
             return cur[1]
-        chosen = self.context.select(doc.uri, prefix, suffix, budget, near=near)
+        disk = self._disk_files(doc)
+        if len(self.docs.uris()) < 2 and not disk:
+            return []
+        chosen = self.context.select(doc.uri, prefix, suffix, budget, near=near, disk=disk)
         if cur is not None and abs(cur[0] - pos.line) <= CONTEXT_REGION_LINES:
             have = {c.key for c in cur[1]}
             if all(c.key in have for c in chosen if c.source == "definition"):
                 return cur[1]
         self._context_sets[doc.uri] = (pos.line, chosen)
         return chosen
+
+    def _disk_files(self, doc: TextDocument) -> list[tuple[str, str, str]]:
+        """The workspace files ``doc`` imports that are not open, as (uri, path, text)."""
+        path = file_path(doc.uri)
+        if not self.options.completion.workspace_files or path is None:
+            return []
+        open_paths = {file_path(u) for u in self.docs.uris()}
+        return [(f.path.as_uri(), f.rel, f.text)
+                for f in self.disk.imported_files(Path(path), doc.text)
+                if str(f.path) not in open_paths]
 
     def _neighbor_texts(self, doc: TextDocument, limit: int = 3) -> list[str]:
         """Up to ``limit`` other open buffers (their first 8k characters): a draft source."""
@@ -504,6 +519,7 @@ def initialize(ls: FimlsServer, params: types.InitializeParams) -> None:
     if not roots and params.root_uri:
         roots = [params.root_uri]
     ls.roots = roots
+    ls.disk = Workspace([Path(p) for p in map(file_path, roots) if p is not None])
     ls.apply_options(params.initialization_options, initial=True)
     ls.start_loading()
     log.info("client %s, position encoding %s",

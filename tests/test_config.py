@@ -46,7 +46,8 @@ def test_defaults() -> None:
         "maxTokens": 64, "maxLines": 8, "maxTimeMs": 1000,
         "speculative": "auto",
         "draftModel": None, "draftMax": 8, "ngramMax": 3, "idlePrefill": True,
-        "reuseSuffix": True, "contextTokens": 512, "secondReading": True,
+        "reuseSuffix": True, "contextTokens": 512, "workspaceFiles": True,
+        "secondReading": True,
         "minConfidence": 0.5,
         "latencyLog": None, "logLevel": "INFO",
     }

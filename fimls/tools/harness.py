@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -107,7 +107,8 @@ def utf16_position(text: str) -> tuple[int, int]:
 
 
 async def start_client(cmd: list[str], name: str, timeout: float = 600.0,
-                       root_uri: str | None = None) -> LanguageClient:
+                       root_uri: str | None = None, folders: Sequence[str] = (),
+                       ) -> LanguageClient:
     """Start ``cmd`` (a ``fimls serve``), initialize it as an editor with progress support
     would, and return the pygls client once the model-loading progress has ended."""
     client = LanguageClient(name, "1")
@@ -126,7 +127,8 @@ async def start_client(cmd: list[str], name: str, timeout: float = 600.0,
 
     await client.initialize_async(types.InitializeParams(
         root_uri=root_uri,
-        workspace_folders=[types.WorkspaceFolder(uri=root_uri, name="repo")] if root_uri else None,
+        workspace_folders=[types.WorkspaceFolder(uri=u, name="repo")
+                           for u in (folders or ([root_uri] if root_uri else []))] or None,
         capabilities=types.ClientCapabilities(
             window=types.WindowClientCapabilities(work_done_progress=True))))
     client.initialized(types.InitializedParams())

@@ -107,17 +107,19 @@ class _Editor:
 
     def __init__(self, client: Any, typing: int, open_wait: float = 0.0,
                  open_extra: bool = False, in_repo: bool = False,
-                 cursor_hint: bool = False) -> None:
+                 cursor_hint: bool = False,
+                 roots: Callable[[Task], str] | None = None) -> None:
         self.client = client
         self.typing, self.open_wait = typing, open_wait
         self.open_extra, self.cursor_hint = open_extra, cursor_hint
         self.root = BENCH_ROOT if open_extra or in_repo else None
+        self.roots = roots  # each task's own workspace folder (a checkout), if any
 
     async def task(self, ti: int, task: Task) -> dict[str, Any]:
         """Run one task; its row (latencies, first suggestion, quality)."""
         from lsprotocol import types
 
-        client, root = self.client, self.root
+        client, root = self.client, self.roots(task) if self.roots else self.root
         uri = f"file:///bench/editor/{ti}/main.py"
         extra: list[str] = []
         if root:
@@ -169,10 +171,13 @@ def _serve_cmd(serve_args: list[str], latency_log: Path | None) -> list[str]:
 async def _fimls_session(cmd: list[str], tasks: Sequence[Task], typing: int, open_wait: float,
                          progress: Callable[[str], None] | None,
                          open_extra: bool = False, in_repo: bool = False,
-                         cursor_hint: bool = False) -> list[dict[str, Any]]:
+                         cursor_hint: bool = False, roots: Callable[[Task], str] | None = None,
+                         ) -> list[dict[str, Any]]:
+    folders = sorted({roots(t) for t in tasks}) if roots else []
     client = await start_client(cmd, "fimls-bench-editor",
-                                root_uri=BENCH_ROOT if open_extra or in_repo else None)
-    editor = _Editor(client, typing, open_wait, open_extra, in_repo, cursor_hint)
+                                root_uri=BENCH_ROOT if open_extra or in_repo else None,
+                                folders=folders)
+    editor = _Editor(client, typing, open_wait, open_extra, in_repo, cursor_hint, roots)
     rows = []
     for ti, task in enumerate(tasks):
         rows.append(await editor.task(ti, task))
@@ -186,13 +191,16 @@ def run_fimls(serve_args: list[str], tasks: Sequence[Task], *, typing: int,
               open_wait: float = 0.0, latency_log: Path | None = None,
               progress: Callable[[str], None] | None = None,
               open_extra: bool = False, in_repo: bool = False,
-              cursor_hint: bool = False) -> list[dict[str, Any]]:
+              cursor_hint: bool = False, roots: Callable[[Task], str] | None = None,
+              ) -> list[dict[str, Any]]:
     """Drive one ``fimls serve`` (started with ``serve_args``) over the tasks, as an editor
-    (``in_repo``: each document at its path in a workspace; ``open_extra``: also with the
-    task's other files open first; ``cursor_hint``: as fimls's plugins, tell the server
-    where the cursor rests once the document is open)."""
+    (``in_repo``: each document at its path in a workspace; ``roots``: in the workspace
+    folder, a URI, that it gives for the task, every one of them a folder of the session;
+    ``open_extra``: also with the task's other files open first; ``cursor_hint``: as
+    fimls's plugins, tell the server where the cursor rests once the document is open)."""
     return asyncio.run(_fimls_session(_serve_cmd(serve_args, latency_log), tasks, typing,
-                                      open_wait, progress, open_extra, in_repo, cursor_hint))
+                                      open_wait, progress, open_extra, in_repo, cursor_hint,
+                                      roots))
 
 
 async def _paired_session(serve_args: list[str], tasks: Sequence[Task], typing: int,

@@ -23,6 +23,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repos", default="",
                         help="with --quality: only these repositories of the split "
                              "(owner/name, comma-separated)")
+    parser.add_argument("--checkouts", metavar="DIR", default="",
+                        help="with --quality: fimls's workspace is each task's repository as "
+                             "before its commit, extracted under DIR (workspace files the "
+                             "document imports are read, as in an editor); without it the "
+                             "workspace folder holds no files")
     parser.add_argument("--peer-from", metavar="OUTCOMES_JSONL", action="append", default=[],
                         help="with --quality: llama-server's lines from an earlier run's "
                              "quality-MODEL-SPLIT.jsonl (repeatable); with --peer, the tasks "

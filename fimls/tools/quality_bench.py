@@ -20,7 +20,7 @@ from fimls.latency import percentile, read_records
 from fimls.tools import peer
 from fimls.tools.harness import Task
 from fimls.tools.paired import compare
-from fimls.tools.quality_sets import QualitySets, language_of_task, repo_tasks
+from fimls.tools.quality_sets import QualitySets, checkout, language_of_task, repo_tasks
 
 GATE_SWEEP = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
 
@@ -101,12 +101,13 @@ def _side(tasks: Sequence[Task], known: dict[str, tuple[Row, float | None]],
 
 
 def _fimls_runner(serve_flags: list[str], model: str, log: Path,
-                  progress: Callable[[str], None] | None) -> Callable[[list[Task]], Side]:
+                  progress: Callable[[str], None] | None,
+                  roots: Callable[[Task], str] | None) -> Callable[[list[Task]], Side]:
     def run(todo: list[Task]) -> Side:
         log.unlink(missing_ok=True)
         serve = [*serve_flags, "--model", model, "--min-confidence", "0"]
         rows = peer.run_fimls(serve, todo, typing=0, latency_log=log, in_repo=True,
-                              progress=progress)
+                              progress=progress, roots=roots)
         return list(zip(rows, confidences(log, len(todo)), strict=True))
     return run
 
@@ -130,6 +131,7 @@ class Sources:
     peer_binary: Path | None = None
     fimls_from: tuple[Path, ...] = ()
     peer_from: tuple[Path, ...] = ()
+    checkouts: Path | None = None  # fimls's workspace: each task's repository, extracted here
 
 
 def run_model(sets: QualitySets, split: str, mirrors: Path, out: Path, *, model: str,
@@ -142,9 +144,17 @@ def run_model(sets: QualitySets, split: str, mirrors: Path, out: Path, *, model:
                 for task in repo_tasks(spec, mirrors, n, sets.seed, cache=out / "tasks")]
     tasks = [t for _, t in labelled]
     log = out / f"quality-{model}-{split}.log.jsonl"
+    roots: Callable[[Task], str] | None = None
+    if sources.checkouts is not None:
+        specs = {spec.repo: spec for spec in sets.split(split, repos)}
+        where = {t.task_id: checkout(specs[repo], mirrors, t, sources.checkouts).as_uri()
+                 for repo, t in labelled}
+
+        def roots(task: Task) -> str:
+            return where[task.task_id]
     mine = _side(tasks, _known(sources.fimls_from, True),
-                 _fimls_runner(serve_flags, model, log, progress) if sources.fimls else None,
-                 "fimls")
+                 _fimls_runner(serve_flags, model, log, progress, roots) if sources.fimls
+                 else None, "fimls")
     theirs = _side(tasks, _known(sources.peer_from, False),
                    _peer_runner(sources.peer_binary, model_path, max_tokens, threads, progress)
                    if sources.peer_binary else None, "llama-server")
@@ -275,7 +285,8 @@ def main(args: Any, serve_flags: list[str], *, model_names: list[str], max_token
     peer_binary = Path(args.peer) if args.peer else None
     sources = Sources(fimls=not args.peer_only, peer_binary=peer_binary,
                       fimls_from=tuple(Path(p) for p in args.fimls_from),
-                      peer_from=tuple(Path(p) for p in args.peer_from))
+                      peer_from=tuple(Path(p) for p in args.peer_from),
+                      checkouts=Path(args.checkouts) if args.checkouts else None)
     bar = Progress(len(specs) * n * len(model_names) * (1 + bool(peer_binary)), "quality")
     for name in model_names:
         path = resolve_model(name)

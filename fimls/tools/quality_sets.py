@@ -10,7 +10,12 @@ as ``repo``), as the project's fetch tooling lays them out.
 
 from __future__ import annotations
 
+import io
 import json
+import re
+import shutil
+import subprocess
+import tarfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,6 +113,31 @@ def repo_tasks(spec: RepoSpec, mirrors: Path, n: int, seed: int,
             write_jsonl(rows, out)
     with open(path, encoding="utf-8") as f:
         return [_task(json.loads(line)) for line in f if line.strip()]
+
+
+_COMMIT = re.compile(r"^[^/]+/([0-9a-f]{7,40})/")
+
+
+def checkout(spec: RepoSpec, mirrors: Path, task: Task, under: Path) -> Path:
+    """The repository as it was before ``task``'s commit (the files its developer had
+    around them), extracted once under ``under``; the folder is named ``repo``, as the
+    bench's workspace without checkouts, so that the prompt's repository name is the same."""
+    found = _COMMIT.match(task.task_id)
+    if found is None:
+        raise ValueError(f"{task.task_id}: not a task made from a commit")
+    dest = under / spec.folder / found.group(1) / "repo"
+    if dest.exists():
+        return dest
+    tmp = dest.with_name("repo.part")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(mirror_of(mirrors, spec)), "archive",
+                              "--format=tar", f"{found.group(1)}^"], capture_output=True)
+    if archive.returncode == 0:  # else a first commit: nothing was there before it
+        with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+            tar.extractall(tmp, filter="data")
+    tmp.rename(dest)
+    return dest
 
 
 def _task(row: dict[str, Any]) -> Task:
