@@ -316,3 +316,13 @@ def test_decoding_switches_reach_the_request_and_the_bench_servers(
     args = build_parser().parse_args(["bench", flag, "false"])
     flags = _passthrough_flags(args)
     assert flags[flags.index(flag) + 1] == "false"
+
+
+def test_the_options_reference_is_generated_from_the_declarations() -> None:
+    from fimls.optionsdoc import render
+
+    root = Path(__file__).resolve().parents[1]
+    on_disk = (root / "docs" / "options.md").read_text(encoding="utf-8")
+    assert on_disk == render(), "stale: python -m fimls.optionsdoc > docs/options.md"
+    for key, flag, _default, _doc in describe():
+        assert f"### `{key}`" in on_disk and f"`{flag} VALUE`" in on_disk
