@@ -428,7 +428,7 @@ def _editors_at_once(serve: list[str], tasks: list[Any], editors: int, typing: i
 def _cross_bench(args: argparse.Namespace, opts: Options, models: list[str | None],
                  tasks: list[Any], out: Path, step: Callable[[str], None]) -> dict[str, Any]:
     """Cross-file tasks through fimls serve, alone and with the task's other files open."""
-    from fimls.context import CHARS_PER_TOKEN as CONTEXT_CHARS_PER_TOKEN
+    from fimls.crossfile import CHARS_PER_TOKEN as CONTEXT_CHARS_PER_TOKEN
     from fimls.latency import percentile, read_records
     from fimls.models import catalogue_name, default_model_name, resolve_model
     from fimls.tools import bench, peer

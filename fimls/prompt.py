@@ -21,7 +21,8 @@ import weakref
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
-from fimls.context import ContextChunk, comment_mark, sources_of
+from fimls.crossfile.chunks import ContextChunk, sources_of
+from fimls.crossfile.names import comment_mark
 
 # Where a window may start moves in steps of this many characters, so a keystroke almost
 # never moves it (the KV cache keeps everything before the cursor).

@@ -30,8 +30,9 @@ from pygls.protocol.language_server import lsp_method
 
 from fimls import __version__
 from fimls.config import Options, apply_dict
-from fimls.context import CHARS_PER_TOKEN as CONTEXT_CHARS_PER_TOKEN
-from fimls.context import NEAR_AFTER, NEAR_BEFORE, ContextChunk, ContextStore
+from fimls.crossfile import CHARS_PER_TOKEN as CONTEXT_CHARS_PER_TOKEN
+from fimls.crossfile import NEAR_AFTER, NEAR_BEFORE, ContextChunk, ContextStore
+from fimls.crossfile.workspace import Workspace
 from fimls.documents import DocumentStore, Pos, TextDocument, file_path, workspace_relative_path
 from fimls.engine.api import (
     CompletionRequest,
@@ -44,7 +45,6 @@ from fimls.latency import LatencyLog
 from fimls.models import default_latency_log
 from fimls.protocol import StrictProtocol, valid_id
 from fimls.scheduler import Scheduler
-from fimls.workspace import Workspace
 
 log = logging.getLogger(__name__)
 

@@ -1,18 +1,13 @@
-"""Tests for fimls.context: the definition index, chunk choice and what closing forgets."""
+"""Tests for fimls.crossfile: the definition index, chunk choice and what closing forgets."""
 
 from __future__ import annotations
 
 import ast
 
-from fimls.context import (
-    RING_SIZE,
-    ContextStore,
-    definition_chunk,
-    definitions,
-    is_test_path,
-    local_names,
-    sources_of,
-)
+from fimls.crossfile import ContextStore, definitions, sources_of
+from fimls.crossfile.chunks import definition_chunk
+from fimls.crossfile.names import is_test_path, local_names
+from fimls.crossfile.store import RING_SIZE
 
 UTIL = '''import os
 
@@ -250,7 +245,7 @@ def test_the_server_keeps_a_set_while_typing_and_forgets_closed_buffers() -> Non
 
 
 def test_imported_names_not_used_yet_come_first() -> None:
-    from fimls.context import imported_names
+    from fimls.crossfile.names import imported_names
 
     head = ("from pkg.money import (convert, Rate as R,\n    round_to)\n"
             "from .errors import BadValue\nimport os\n")
@@ -285,7 +280,7 @@ def test_a_bare_name_means_a_top_level_definition_and_comments_name_nothing() ->
 
 
 def test_a_name_after_an_imported_module_is_as_good_as_bare_and_imports_are_not_uses() -> None:
-    from fimls.context import module_aliases
+    from fimls.crossfile.names import module_aliases
 
     assert module_aliases("import os, numpy as np\nimport a.b\nimport * as R from 'r'\n"
                           "from q import z\n") == {"os", "np", "a", "R"}

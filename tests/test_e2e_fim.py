@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from fimls.context import ContextChunk
+from fimls.crossfile import ContextChunk
 from fimls.engine import core
 from fimls.engine.api import CompletionRequest
 from fimls.engine.core import (

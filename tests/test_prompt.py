@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from fimls.context import ContextChunk
+from fimls.crossfile import ContextChunk
 from fimls.engine.llama import LlamaModel, Vocab
 from fimls.prompt import (
     SUFFIX_SHARE,

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from fimls.context import ContextStore
-from fimls.ignore import GitIgnore, looks_secret, parse_rules
-from fimls.workspace import MAX_FILES, Workspace
+from fimls.crossfile import ContextStore
+from fimls.crossfile.ignore import GitIgnore, looks_secret, parse_rules
+from fimls.crossfile.workspace import MAX_FILES, Workspace
 
 
 def _tree(root: Path, files: dict[str, str]) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Protocol
 
 from fimls.config import CompletionOptions, ModelOptions
-from fimls.context import ContextChunk
+from fimls.crossfile.chunks import ContextChunk
 from fimls.latency import LatencyRecord
 
 _ids = itertools.count(1)
@@ -43,7 +43,7 @@ class CompletionRequest:
     reuse_suffix: bool = CompletionOptions.reuse_suffix
     min_confidence: float = 0.0  # below this a suggestion is not shown (outcome "gated")
     neighbors: list[str] = field(default_factory=list)  # text of other open buffers
-    # Chunks of other buffers for the prompt's front (fimls.context), and their most tokens.
+    # Chunks of other buffers for the prompt's front (fimls.crossfile), and their most tokens.
     context: list[ContextChunk] = field(default_factory=list)
     context_tokens: int = CompletionOptions.context_tokens
     second_reading: bool = CompletionOptions.second_reading  # see the option secondReading

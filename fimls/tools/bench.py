@@ -494,10 +494,10 @@ def split_by_file_calls(rows: Sequence[dict[str, Any]], tasks: Sequence[Task],
 
 def definition_in_chunks(task: Task, char_budget: int) -> bool:
     """Whether the chunks the server would choose for a cross-file task's first request
-    (:meth:`fimls.context.ContextStore.select`, the task's other files open, within
+    (:meth:`fimls.crossfile.ContextStore.select`, the task's other files open, within
     ``char_budget`` characters) hold the definition of the name the target calls: where
     they do, a wrong line is the model's, not the retrieval's."""
-    from fimls.context import ContextStore, definitions
+    from fimls.crossfile import ContextStore, definitions
 
     name = _called_name(task)
     if name is None or not task.open:

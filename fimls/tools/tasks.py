@@ -520,7 +520,7 @@ def cross_file(repo: Path | str, *, n: int = 100, seed: int = 0, rev: str = "HEA
             skipped[why] += 1
             continue
         texts[path] = text
-    from fimls.context import definitions
+    from fimls.crossfile import definitions
 
     top: dict[str, set[str]] = {}  # name -> files defining it at the top level
     anywhere: dict[str, set[str]] = {}  # name -> files defining it at all

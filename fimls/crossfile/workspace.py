@@ -17,7 +17,7 @@ statements to source files inside that same folder and reads them:
 * C / C++: ``#include "x.h"`` beside the document or under ``include/``.
 
 Never read: anything outside the document's workspace folder, anything git ignores there
-(:mod:`fimls.ignore`), anything whose name looks like a secret, a file over ``MAX_BYTES``.
+(:mod:`fimls.crossfile.ignore`), anything whose name looks like a secret, a file over ``MAX_BYTES``.
 At most ``MAX_FILES`` files per document. A file is read once and read again only when
 its size or modification time changes.
 """
@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fimls.ignore import GitIgnore, looks_secret
+from fimls.crossfile.ignore import GitIgnore, looks_secret
 
 MAX_FILES = 8
 MAX_BYTES = 256 * 1024
