@@ -34,6 +34,8 @@ ENGINE_SLOTS = ("document", "server")
 #   upper:      the string is upper-cased before it is checked against ``choices``
 #   nullable:   null (None) is allowed and resets the option
 #   kind:       "path": a string where "" means unset (None)
+#   passthrough: False: a bench does not pass the option to the servers it starts (it sets
+#               that option itself)
 
 
 def _opt(default: Any, **meta: Any) -> Any:
@@ -106,7 +108,7 @@ class CompletionOptions:
     """Milliseconds of generating (after the first token) after which a multi-line
     suggestion stops at its next line end; the first line is always finished. As llama.vim's
     t_max_predict_ms (also 1000 by default). 0: no limit."""
-    speculative: str = _opt("auto", choices=SPECULATIVE_MODES)
+    speculative: str = _opt("auto", choices=SPECULATIVE_MODES, passthrough=False)
     """auto, off, lookup or model (off: plain greedy decoding, no reuse of suggestions)."""
     draft_model: str | None = _opt(None, kind="path", nullable=True)
     """Path to a small GGUF with the main model's vocabulary, used as a drafter."""
@@ -146,9 +148,9 @@ class CompletionOptions:
 class LoggingOptions:
     """Where logs go."""
 
-    latency_log: str | None = _opt(None, kind="path", nullable=True)
+    latency_log: str | None = _opt(None, kind="path", nullable=True, passthrough=False)
     """JSON Lines file for per-request latency records; None: the user state directory."""
-    log_level: str = _opt("INFO", choices=LOG_LEVELS, upper=True)
+    log_level: str = _opt("INFO", choices=LOG_LEVELS, upper=True, passthrough=False)
     """Server log level on stderr."""
 
 
@@ -293,6 +295,13 @@ def apply_dict(opts: Options, data: Any) -> tuple[Options, list[str]]:
         except (ValueError, TypeError) as exc:
             warnings.append(f"invalid value {value!r} for {key}: {exc}; using {previous!r}")
     return new, warnings
+
+
+def passes_through(key: str) -> bool:
+    """Whether a bench passes the option ``key`` (camelCase), when given, to the servers
+    it starts: all but those that each bench configuration, or the bench itself, sets."""
+    sec, name = leaves(Options())[key]
+    return bool(_field(type(getattr(Options(), sec)), name).metadata.get("passthrough", True))
 
 
 def describe() -> list[tuple[str, str, Any, str]]:

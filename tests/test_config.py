@@ -303,7 +303,7 @@ def test_engine_config_is_derived_from_the_options(tmp_path: Path,
 ])
 def test_decoding_switches_reach_the_request_and_the_bench_servers(
         key: str, field: str, flag: str) -> None:
-    from fimls.cli import _passthrough_flags
+    from fimls.cli.common import passthrough_flags
     from fimls.documents import Pos as DPos
     from fimls.documents import TextDocument
     from fimls.server import FimlsServer
@@ -314,7 +314,7 @@ def test_decoding_switches_reach_the_request_and_the_bench_servers(
     doc = TextDocument(uri="file:///w/a.py", language_id="python", version=1, text="x = ")
     assert getattr(ls.make_request(doc, DPos(0, 4)), field) is False
     args = build_parser().parse_args(["bench", flag, "false"])
-    flags = _passthrough_flags(args)
+    flags = passthrough_flags(args)
     assert flags[flags.index(flag) + 1] == "false"
 
 
@@ -326,3 +326,16 @@ def test_the_options_reference_is_generated_from_the_declarations() -> None:
     assert on_disk == render(), "stale: python -m fimls.optionsdoc > docs/options.md"
     for key, flag, _default, _doc in describe():
         assert f"### `{key}`" in on_disk and f"`{flag} VALUE`" in on_disk
+
+
+def test_a_bench_passes_every_option_but_those_it_sets_itself() -> None:
+    from fimls.cli.common import passthrough_flags
+
+    argv = ["bench"]
+    for _key, flag, default, _doc in describe():
+        argv += [flag, "false" if isinstance(default, bool) else "7"]
+    flags = passthrough_flags(build_parser().parse_args(argv))
+    passed = {f for f in flags if f.startswith("--")}
+    held = {flag for _key, flag, _d, _doc in describe()} - passed
+    assert held == {"--speculative", "--latency-log", "--log-level"}
+    assert flags[flags.index("--workspace-files") + 1] == "false"

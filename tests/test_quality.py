@@ -63,8 +63,8 @@ def test_bench_summary_reports_quality_per_set_and_config() -> None:
 def test_cross_tasks_split_by_whether_the_file_calls_the_name_elsewhere() -> None:
     """A task whose suffix calls the name again can be answered by copying; the split
     counts right first lines on each side, and the cli prints both sides' ratio."""
-    from fimls.cli import _format_split
     from fimls.tools.bench import file_calls_elsewhere, split_by_file_calls
+    from fimls.tools.bench_report import format_split as _format_split
     from fimls.tools.harness import Task
 
     copied = Task("a", "from m import convert\nx = ", "\ny = convert(2, rate=1)\n",
@@ -129,7 +129,7 @@ def test_ring_chunks_are_what_llama_vim_would_hold_at_best() -> None:
 def test_the_cross_table_compares_each_system_with_itself_and_fimls_with_the_peer() -> None:
     """With the peer's rows the table gives its own open-against-alone ratio, fimls's
     ratios to it, and its split lines."""
-    from fimls.cli import _format_cross
+    from fimls.tools.bench_report import format_cross as _format_cross
 
     def row(line: float, first: float) -> dict[str, object]:
         return {"line_exact": line, "char_prefix_ratio": line, "first_p50_ms": first,
