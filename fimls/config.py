@@ -185,6 +185,29 @@ def _value_type(section: type, name: str) -> type:
     return args[0] if args else hint
 
 
+def _number(value: Any, f: dataclasses.Field[Any], kind: type) -> Any:
+    """``value`` as the field's int or float, within its bounds; ValueError if it is not."""
+    # bool is an int to Python, never to a user; strings come from the command line.
+    word = "an integer" if kind is int else "a number"
+    ok = (int, str) if kind is int else (int, float, str)
+    if isinstance(value, bool) or not isinstance(value, ok):
+        raise ValueError(f"must be {word}")
+    try:
+        v = kind(value)
+    except ValueError:
+        raise ValueError(f"must be {word}") from None
+    if v != v:
+        raise ValueError(f"must be {word}")  # NaN
+    lo, hi = f.metadata.get("min"), f.metadata.get("max")
+    if lo is not None and hi is not None and not lo <= v <= hi:
+        raise ValueError(f"must be between {lo} and {hi}")
+    if lo is not None and v < lo:
+        raise ValueError(f"must be >= {lo}")
+    if hi is not None and v > hi:
+        raise ValueError(f"must be <= {hi}")
+    return v
+
+
 def _coerce(value: Any, f: dataclasses.Field[Any], kind: type) -> Any:
     """Convert ``value`` to the field's type under its metadata; raise ValueError if it
     cannot be."""
@@ -205,25 +228,7 @@ def _coerce(value: Any, f: dataclasses.Field[Any], kind: type) -> Any:
             return value.lower() == "true"
         raise ValueError("must be true or false")
     if kind is int or kind is float:
-        # bool is an int to Python, never to a user; strings come from the command line.
-        word = "an integer" if kind is int else "a number"
-        ok = (int, str) if kind is int else (int, float, str)
-        if isinstance(value, bool) or not isinstance(value, ok):
-            raise ValueError(f"must be {word}")
-        try:
-            v = kind(value)
-        except ValueError:
-            raise ValueError(f"must be {word}") from None
-        if v != v:
-            raise ValueError(f"must be {word}")  # NaN
-        lo, hi = meta.get("min"), meta.get("max")
-        if lo is not None and hi is not None and not lo <= v <= hi:
-            raise ValueError(f"must be between {lo} and {hi}")
-        if lo is not None and v < lo:
-            raise ValueError(f"must be >= {lo}")
-        if hi is not None and v > hi:
-            raise ValueError(f"must be <= {hi}")
-        return v
+        return _number(value, f, kind)
     if kind is str:
         if not isinstance(value, str):
             raise ValueError("must be a string")

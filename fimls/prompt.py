@@ -18,6 +18,7 @@ prompt's first tokens untouched and the KV cache can be reused.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
@@ -105,6 +106,15 @@ def _text_of(vocab: VocabLike, tok: int) -> str:
     return vocab.piece(tok).decode("utf-8", "replace") if tok >= 0 else ""
 
 
+def _first_single_token(vocab: VocabLike, texts: Sequence[str]) -> int:
+    """The id of the first of ``texts`` that is one token of ``vocab``; -1 if none is."""
+    for text in texts:
+        found = vocab.single_token(text)
+        if found is not None:
+            return found
+    return -1
+
+
 def detect_template(vocab: VocabLike, *, order: str = "auto") -> FimTemplate:
     """Pick the FIM template from the vocabulary: llama.cpp's FIM ids, then known texts."""
     bos = vocab.bos if vocab.add_bos and vocab.bos >= 0 else -1
@@ -146,17 +156,9 @@ def detect_template(vocab: VocabLike, *, order: str = "auto") -> FimTemplate:
                 pad = found_pad if found_pad is not None else pad
                 break
     if rep < 0:
-        for text in _REPO_ALTERNATIVES:
-            found = vocab.single_token(text)
-            if found is not None:
-                rep = found
-                break
+        rep = _first_single_token(vocab, _REPO_ALTERNATIVES)
     if sep < 0:
-        for text in _FILE_SEP_ALTERNATIVES:
-            found = vocab.single_token(text)
-            if found is not None:
-                sep = found
-                break
+        sep = _first_single_token(vocab, _FILE_SEP_ALTERNATIVES)
     if pad >= 0:
         stops.add(pad)
     if sep >= 0:

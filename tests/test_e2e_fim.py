@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from fimls.crossfile import ContextChunk
-from fimls.engine import core
+from fimls.engine import second as second_reading
 from fimls.engine.api import CompletionRequest
 from fimls.engine.core import (
     SUFFIX_FRESH_TOKENS,
@@ -214,7 +214,7 @@ def _keystroke(engine: Engine, prefix: str, reuse: bool) -> tuple[str, dict[str,
     res = engine.complete(req, lambda: False)
     rec = res.record
     # The engine's account of its cache is what llama.cpp holds.
-    assert engine.model.kv_len() == len(engine.kv)
+    assert engine.model.kv_len() == len(engine.cache.tokens)
     return res.text, {"shifted": rec.shifted_tokens, "evaluated": rec.evaluated_tokens,
                       "prompt": rec.prompt_tokens, "generated": rec.generated_tokens}
 
@@ -257,7 +257,7 @@ def test_a_keystroke_stopped_while_moving_the_suffix_leaves_the_cache_intact(
             "        if is_prime(n")
     _keystroke(engine, head, True)
     # (The output after <mid> is not kept when the prompt changes: the rest must be.)
-    before = engine.kv[:engine.kv.index(engine.template.mid)]
+    before = engine.cache.tokens[:engine.cache.tokens.index(engine.template.mid)]
     calls = 0
 
     def cancelled_in_the_gap() -> bool:
@@ -270,7 +270,7 @@ def test_a_keystroke_stopped_while_moving_the_suffix_leaves_the_cache_intact(
     res = engine.complete(req, cancelled_in_the_gap)
     assert res.record.outcome == "cancelled" and calls >= 2
     # Put back as it was, suffix included...
-    assert engine.kv == before and engine.model.kv_len() == len(before)
+    assert engine.cache.tokens == before and engine.model.kv_len() == len(before)
     # ...so the next keystroke still moves it instead of recomputing it.
     _, rec = _keystroke(engine, head + "):", True)
     assert rec["shifted"] > 0
@@ -574,7 +574,7 @@ def test_the_second_reading_proposes_a_line_and_the_likelier_is_shown(
     steps = len(second) - at - 1
     assert rec.second_tokens == (len(alone) + len(first) - 1 + steps
                                  + (len(second) - at if scored else 0))
-    assert engine.model.kv_len() == len(engine.kv) and engine.model.kv_len(1) == 0
+    assert engine.model.kv_len() == len(engine.cache.tokens) and engine.model.kv_len(1) == 0
     assert 0.0 < (rec.confidence or 0.0) <= 1.0
 
 
@@ -584,7 +584,7 @@ def test_a_second_line_shown_becomes_the_cache(engine: Engine,
     certain), the cache's branch becomes sequence 0, the suggestion is made of that line's
     tokens, and the next request at the place reuses it."""
 
-    monkeypatch.setattr(core, "_logprob", lambda logits, tok: 0.0)
+    monkeypatch.setattr(second_reading, "_logprob", lambda logits, tok: 0.0)
     req = _second_request(context=[COPIED], max_tokens=24)
     prompt = engine.build(req)
     res, read = _second_run(engine, req)
@@ -593,8 +593,8 @@ def test_a_second_line_shown_becomes_the_cache(engine: Engine,
     gen = engine.prev_gen[req.uri]
     assert gen[:len(second)] == second
     # Lazy evaluation: the cache holds the prompt and every generated token but the last.
-    assert engine.kv == prompt.tokens + gen[:-1]
-    assert engine.model.kv_len() == len(engine.kv) and engine.model.kv_len(1) == 0
+    assert engine.cache.tokens == prompt.tokens + gen[:-1]
+    assert engine.model.kv_len() == len(engine.cache.tokens) and engine.model.kv_len(1) == 0
     raw = b"".join(engine.vocab.text_piece(t) for t in gen)
     assert raw.startswith(prompt.constraint)
     shown_line = raw[len(prompt.constraint):].decode().split("\n")[0].rstrip()
@@ -649,7 +649,7 @@ def test_the_second_reading_is_priced_and_cached(engine: Engine) -> None:
         # Only the last prompt token of the second reading is evaluated again.
         assert again.record.second_line != ""
         assert again.record.second_tokens == 1 + _read_cost(engine.second_log[-1])
-        assert engine.alt[:len(alone)] == alone
+        assert engine.cache.alt[:len(alone)] == alone
     finally:
         sizer.rate = saved
         engine.second_log = None

@@ -69,7 +69,7 @@ def _generate(engine: Engine, task: dict[str, str], mode: str,
     finally:
         engine.model.decode_log = None
     # Our record of the cache is llama.cpp's: nothing held past a rollback point.
-    assert engine.model.kv_len() == len(engine.kv)
+    assert engine.model.kv_len() == len(engine.cache.tokens)
     if engine.draft_model is not None and engine.draft_model.kv:
         assert engine.draft_model.model.kv_len() == len(engine.draft_model.kv)
     return res.text, list(engine.prev_gen.get("file:///t.py", [])), res.record.__dict__
@@ -313,9 +313,9 @@ def test_the_draft_model_catches_up_at_idle_not_on_a_request(engine: Engine) -> 
     opening = CompletionRequest(uri="file:///c.py", version=1, prefix=task["prefix"],
                                 suffix="", prefill="open", speculative="auto")
     assert engine.complete(opening, lambda: False).record.outcome == "prefill"
-    assert len(engine.kv) > 64 and dm.kv == engine.kv
-    assert dm.model.kv_len() == len(dm.kv) and dm.behind(engine.kv) == 1
+    assert len(engine.cache.tokens) > 64 and dm.kv == engine.cache.tokens
+    assert dm.model.kv_len() == len(dm.kv) and dm.behind(engine.cache.tokens) == 1
     # Stopped before its first batch: nothing is evaluated, and the record stays true.
     dm.reset()
-    assert not dm.catch_up(engine.kv, lambda: True, 16)
+    assert not dm.catch_up(engine.cache.tokens, lambda: True, 16)
     assert dm.kv == [] and dm.model.kv_len() == 0

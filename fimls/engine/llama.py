@@ -237,8 +237,11 @@ class LlamaModel:
         self.n_batch = 0
         # Tests set a list here to record every decode (see DecodeCall); None costs nothing.
         self.decode_log: list[DecodeCall] | None = None
-        if vocab_only:
-            return
+        if not vocab_only:
+            self._init_context(n_ctx, n_batch, threads)
+
+    def _init_context(self, n_ctx: int, n_batch: int, threads: int | None) -> None:
+        """The inference context, its batch and its abort callback."""
         nthreads = threads or max(1, min(8, os.cpu_count() or 1))
         self.threads = nthreads
         cp = L.llama_context_default_params()
@@ -249,7 +252,7 @@ class LlamaModel:
         cp.n_threads_batch = nthreads
         # Sequence 1 parks cache entries while new ones are evaluated below them (see
         # park), or holds a branch of sequence 0 (see branch); sequence 2 holds the prompt
-        # read without other files' chunks (the second reading, see fimls.engine.core).
+        # read without other files' chunks (the second reading, see fimls.engine.second).
         # One unified cache: its n_ctx positions are shared, so sequence 0 may use all of
         # them when the others hold nothing.
         cp.n_seq_max = 3
@@ -258,7 +261,7 @@ class LlamaModel:
         if not self._ctx:
             L.llama_model_free(self._model)
             self._model = None
-            raise ModelLoadError(f"could not create a context (n_ctx={n_ctx}) for {path}")
+            raise ModelLoadError(f"could not create a context (n_ctx={n_ctx}) for {self.path}")
         self.n_ctx = L.llama_n_ctx(self._ctx)
         # llama.cpp caps the batch at n_ctx (and asserts, aborting the process, if a
         # larger one is decoded): use what the context actually took.

@@ -29,6 +29,7 @@ import threading
 import time
 import zlib
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -76,6 +77,36 @@ def forcing_grammar(forced: str, *, ban: bytes = b"") -> str:
 
 def _detokenize(vocab: Any, tokens: list[int]) -> str:
     return b"".join(vocab.piece(t) for t in tokens).decode("utf-8", "replace")
+
+
+@dataclass
+class _Received:
+    """What a completion's stream has given so far."""
+
+    forced: str  # text the grammar forces at the cursor: the user's, not the suggestion
+    policy: StopPolicy
+    out: str = ""
+    probs: list[float] = field(default_factory=list)  # the first line's tokens
+    line_done: bool = False
+    raw: str = ""  # the server's text while the forced part arrives
+    t_first: float | None = None
+
+    def unforced(self, piece: str, final: str) -> str | None:
+        """``piece`` past the forced text; None while the forced text is still arriving."""
+        if not self.forced:
+            return piece
+        self.raw += piece
+        if len(self.raw) < len(self.forced) and self.forced.startswith(self.raw) and not final:
+            return None
+        if self.raw.startswith(self.forced):
+            piece = self.raw[len(self.forced):]
+        elif self.forced.startswith(self.raw):
+            piece = ""  # stopped before the forced text was complete
+        else:
+            log.warning("engine server ignored the grammar forcing the text at the cursor")
+            piece = self.raw
+        self.forced = ""
+        return piece
 
 
 class RemoteEngine:
@@ -351,7 +382,46 @@ class RemoteEngine:
         t_start, wall = time.monotonic(), time.time()  # (as in Engine.complete)
         rec = LatencyRecord(ts=wall, uri=req.uri, version=req.version, request_id=req.request_id,
                             model=self.model_name, queue_ms=(t_start - req.created) * 1000.0)
-        text = ""
+        early = self._answered_here(req, rec, t_start)
+        if early is not None:
+            return early
+        ctx = CursorContext.from_text(req.prefix, req.suffix)
+        try:
+            prompt, tokens, forced, grammar = self._request_prompt(req, ctx)
+        except (OSError, ValueError, http.client.HTTPException, EngineError) as exc:
+            # (The server's tokenizer, without a local GGUF.)
+            self._set_reachable(False, str(exc) or type(exc).__name__)
+            rec.outcome, rec.error = "error", f"engine server: {type(exc).__name__}"
+            return self._done(req, rec, "", t_start)
+        rec.prompt_tokens = len(tokens)
+        rec.context_tokens, rec.context_sources = prompt.context_tokens, prompt.context_sources
+        rec.window_tokens = prompt.window
+        path, body = self._body(req, tokens, grammar)
+        events: queue.Queue[Any] = queue.Queue()
+        threading.Thread(target=self._stream, args=(path, body, req.request_id, events),
+                         daemon=True, name="fimls-remote").start()
+        got = _Received(forced=forced, policy=StopPolicy(ctx=ctx, max_lines=req.max_lines))
+        rec.stop = "max_tokens"
+        try:
+            if not self._receive(req, rec, events, got, cancelled):
+                rec.outcome = "cancelled"
+                return self._done(req, rec, "", t_start)
+        except (OSError, ValueError, http.client.HTTPException, EngineError) as exc:
+            if (isinstance(exc, http.client.RemoteDisconnected | ConnectionResetError
+                                | BrokenPipeError)
+                    and not got.out and not retried):
+                # Dropped before a word: once, at once (not a sign of an outage).
+                return self.complete(req, cancelled, retried=True)
+            self._set_reachable(False, str(exc) or type(exc).__name__)
+            rec.outcome, rec.error = "error", f"engine server: {type(exc).__name__}"
+            return self._done(req, rec, "", t_start)
+        self._set_reachable(True)
+        return self._finish(req, rec, got, ctx, t_start)
+
+    def _answered_here(self, req: CompletionRequest, rec: LatencyRecord,
+                       t_start: float) -> CompletionResult | None:
+        """The result of a request the server is not asked for: idle work, a suggestion
+        the memo holds, a server known to be down; None for the others."""
         if req.prefill:
             # Idle work is not sent. Prefill is the server's business (cache_prompt keeps
             # what it saw), and the suggestion after the shown one, prefetched, is a
@@ -368,99 +438,74 @@ class RemoteEngine:
         if not self._reachable and time.monotonic() < self._retry_at:
             rec.outcome, rec.error = "empty", "unreachable"
             return self._done(req, rec, "", t_start)
-        ctx = CursorContext.from_text(req.prefix, req.suffix)
-        try:
-            prompt, tokens, forced, grammar = self._request_prompt(req, ctx)
-        except (OSError, ValueError, http.client.HTTPException, EngineError) as exc:
-            # (The server's tokenizer, without a local GGUF.)
-            self._set_reachable(False, str(exc) or type(exc).__name__)
-            rec.outcome, rec.error = "error", f"engine server: {type(exc).__name__}"
-            return self._done(req, rec, "", t_start)
-        rec.prompt_tokens = len(tokens)
-        rec.context_tokens, rec.context_sources = prompt.context_tokens, prompt.context_sources
-        rec.window_tokens = prompt.window
-        path, body = self._body(req, tokens, grammar)
-        events: queue.Queue[Any] = queue.Queue()
-        threading.Thread(target=self._stream, args=(path, body, req.request_id, events),
-                         daemon=True, name="fimls-remote").start()
-        policy = StopPolicy(ctx=ctx, max_lines=req.max_lines)
-        out, probs, line_done = "", [], False
-        raw = ""  # the server's text, forced part included
-        t_first: float | None = None
-        rec.stop = "max_tokens"
-        try:
-            while True:
-                if cancelled():
-                    self._abort_stream(req.request_id)
-                    rec.outcome = "cancelled"
-                    return self._done(req, rec, "", t_start)
-                try:
-                    ev = events.get(timeout=0.02)
-                except queue.Empty:
-                    continue
-                if ev is _END:
-                    break
-                if isinstance(ev, BaseException):
-                    raise ev
-                if isinstance(ev, tuple):
-                    rec.hop_ms = ev[1]
-                    continue
-                piece, piece_probs, final = self._parse(ev, rec)
-                if forced:
-                    # The forced text is the cursor's own: not part of the suggestion.
-                    raw += piece
-                    if len(raw) < len(forced) and forced.startswith(raw) and not final:
-                        continue
-                    if raw.startswith(forced):
-                        piece = raw[len(forced):]
-                    elif forced.startswith(raw):
-                        piece = ""  # stopped before the forced text was complete
-                    else:
-                        log.warning("engine server ignored the grammar forcing the text at "
-                                    "the cursor")
-                        piece = raw
-                    forced = ""
-                if piece and t_first is None:
-                    t_first = time.monotonic()
-                    rec.ttft_ms = (t_first - req.created) * 1000.0
-                if not line_done:
-                    probs += piece_probs
-                    head = (out + piece).lstrip(" \t\r\n")
-                    line_done = "\n" in head
-                out += piece
-                rec.generated_tokens += max(1, len(piece_probs)) if piece else 0
-                cut = policy.cut(out)
-                if cut is not None:
-                    out, rec.stop = out[:cut], "policy"
-                    self._abort_stream(req.request_id)
-                    break
-                if (req.max_time_ms and t_first is not None
-                        and (time.monotonic() - t_first) * 1000.0 >= req.max_time_ms
-                        and (short := cut_to_budget(out)) is not None):
-                    out, rec.stop = short, "max_time"
-                    self._abort_stream(req.request_id)
-                    break
-                if final:
-                    if final == "stop":
-                        rec.stop = "eog"
-                    break
-        except (OSError, ValueError, http.client.HTTPException, EngineError) as exc:
-            why = str(exc) or type(exc).__name__
-            if (isinstance(exc, http.client.RemoteDisconnected | ConnectionResetError
-                                | BrokenPipeError)
-                    and not out and not retried):
-                # Dropped before a word: once, at once (not a sign of an outage).
-                return self.complete(req, cancelled, retried=True)
-            self._set_reachable(False, why)
-            rec.outcome, rec.error = "error", f"engine server: {type(exc).__name__}"
-            return self._done(req, rec, "", t_start)
-        self._set_reachable(True)
-        if t_first is not None:
-            rec.decode_ms = rec.decode_ms or (time.monotonic() - t_first) * 1000.0
-        if probs:
-            rec.confidence = round(min(probs), 4)
-            rec.confidence_mean = round(sum(probs) / len(probs), 4)
-        text = finalize(out, ctx)
+        return None
+
+    def _receive(self, req: CompletionRequest, rec: LatencyRecord, events: queue.Queue[Any],
+                 got: _Received, cancelled: Callable[[], bool]) -> bool:
+        """Read the stream into ``got`` until it ends or a stop rule cuts it; False when
+        the request was cancelled (the stream is aborted)."""
+        while True:
+            if cancelled():
+                self._abort_stream(req.request_id)
+                return False
+            try:
+                ev = events.get(timeout=0.02)
+            except queue.Empty:
+                continue
+            if ev is _END:
+                return True
+            if isinstance(ev, BaseException):
+                raise ev
+            if isinstance(ev, tuple):
+                rec.hop_ms = ev[1]
+                continue
+            piece, piece_probs, final = self._parse(ev, rec)
+            if self._take(req, rec, got, piece, piece_probs, final):
+                return True
+
+    def _take(self, req: CompletionRequest, rec: LatencyRecord, got: _Received, piece: str,
+              piece_probs: list[float], final: str) -> bool:
+        """One stream event's text into ``got``; True when the suggestion ends here (a
+        stop rule, the time limit, or the server's own end)."""
+        unforced = got.unforced(piece, final)
+        if unforced is None:
+            return False
+        piece = unforced
+        if piece and got.t_first is None:
+            got.t_first = time.monotonic()
+            rec.ttft_ms = (got.t_first - req.created) * 1000.0
+        if not got.line_done:
+            got.probs += piece_probs
+            got.line_done = "\n" in (got.out + piece).lstrip(" \t\r\n")
+        got.out += piece
+        rec.generated_tokens += max(1, len(piece_probs)) if piece else 0
+        cut = got.policy.cut(got.out)
+        if cut is not None:
+            got.out, rec.stop = got.out[:cut], "policy"
+            self._abort_stream(req.request_id)
+            return True
+        if (req.max_time_ms and got.t_first is not None
+                and (time.monotonic() - got.t_first) * 1000.0 >= req.max_time_ms
+                and (short := cut_to_budget(got.out)) is not None):
+            got.out, rec.stop = short, "max_time"
+            self._abort_stream(req.request_id)
+            return True
+        if final:
+            if final == "stop":
+                rec.stop = "eog"
+            return True
+        return False
+
+    def _finish(self, req: CompletionRequest, rec: LatencyRecord, got: _Received,
+                ctx: CursorContext, t_start: float) -> CompletionResult:
+        """The suggestion as the local engine finishes one: post-processed, remembered,
+        gated."""
+        if got.t_first is not None:
+            rec.decode_ms = rec.decode_ms or (time.monotonic() - got.t_first) * 1000.0
+        if got.probs:
+            rec.confidence = round(min(got.probs), 4)
+            rec.confidence_mean = round(sum(got.probs) / len(got.probs), 4)
+        text = finalize(got.out, ctx)
         # Kept even when the gate hides it: typing it anyway then finds it.
         self.memo.remember(req.uri, req.prefix, req.prefix_offset, req.suffix, text)
         text = gate(text, rec, req.min_confidence)

@@ -347,32 +347,36 @@ def _worker_main() -> int:
 
     threading.Thread(target=reader, daemon=True, name="fimls-worker-reader").start()
     while True:
-        msg = jobs.get()
-        kind = msg[0]
-        if kind == "complete":
-            req: CompletionRequest = msg[1]
-            rid = req.request_id
-            t0 = time.monotonic()
-            try:
-                result = engine.complete(req, partial(set.__contains__, cancelled_ids, rid))
-            except Exception as exc:
-                log.error("engine failed on request %s: %s", rid, describe_error(exc))
-                log.debug("engine failure", exc_info=True)
-                engine.reset()
-                _send(out, ("error", rid, describe_error(exc)))
-            else:
-                _send(out, ("result", rid, result, (time.monotonic() - t0) * 1000.0))
-            # One request at a time: any cancel still in the set is for this one or late.
-            cancelled_ids.clear()
-        elif kind == "reset":
+        _serve_one(engine, jobs.get(), cancelled_ids, out)
+
+
+def _serve_one(engine: Any, msg: tuple[Any, ...], cancelled_ids: set[str], out: Any) -> None:
+    """One message from the server: a request, a reset of the cache, or the end."""
+    kind = msg[0]
+    if kind == "complete":
+        req: CompletionRequest = msg[1]
+        rid = req.request_id
+        t0 = time.monotonic()
+        try:
+            result = engine.complete(req, partial(set.__contains__, cancelled_ids, rid))
+        except Exception as exc:
+            log.error("engine failed on request %s: %s", rid, describe_error(exc))
+            log.debug("engine failure", exc_info=True)
             engine.reset()
-            cancelled_ids.clear()
-        elif kind == "close":
-            engine.close()
-            # Not a normal interpreter exit: the reader thread is blocked in stdin, and
-            # finalizing under it aborts ("could not acquire lock for <stdin>").
-            sys.stderr.flush()
-            os._exit(0)
+            _send(out, ("error", rid, describe_error(exc)))
+        else:
+            _send(out, ("result", rid, result, (time.monotonic() - t0) * 1000.0))
+        # One request at a time: any cancel still in the set is for this one or late.
+        cancelled_ids.clear()
+    elif kind == "reset":
+        engine.reset()
+        cancelled_ids.clear()
+    elif kind == "close":
+        engine.close()
+        # Not a normal interpreter exit: the reader thread is blocked in stdin, and
+        # finalizing under it aborts ("could not acquire lock for <stdin>").
+        sys.stderr.flush()
+        os._exit(0)
 
 
 if __name__ == "__main__":

@@ -376,6 +376,28 @@ def run_keystroke_bench(serve_args: list[str], tasks: list[Task], chars: int, ou
     return {"summary": summary, "sessions": results}
 
 
+def _typed_answers(engine: Any, ti: int, task: Task, chars: int, max_tokens: int,
+                   max_lines: int, reuse: bool) -> list[tuple[str, dict[str, Any]]]:
+    """The answer and its record at the task's cursor and after each of ``chars`` typed
+    characters of its target, from a cleared cache, with the suffix moved or not."""
+    from fimls.engine.api import CompletionRequest
+    from fimls.memo import SuggestionMemo
+
+    engine.reset()
+    engine.prev_gen.clear()
+    got: list[tuple[str, dict[str, Any]]] = []
+    for k in range(min(chars, len(task.target)) + 1):
+        engine.memo = SuggestionMemo()
+        req = CompletionRequest(
+            uri=f"bench://suffix/{ti}", version=k + 1,
+            prefix=task.prefix + task.target[:k], suffix=task.suffix,
+            max_tokens=max_tokens, max_lines=max_lines, speculative="off",
+            reuse_suffix=reuse)
+        res = engine.complete(req, lambda: False)
+        got.append((res.text, json.loads(res.record.to_json())))
+    return got
+
+
 def run_suffix_bench(engine: Any, tasks: list[Task], chars: int, *, max_tokens: int,
                      max_lines: int,
                      progress: Callable[[str], None] | None = None) -> dict[str, Any]:
@@ -389,26 +411,10 @@ def run_suffix_bench(engine: Any, tasks: list[Task], chars: int, *, max_tokens: 
     answers each one, and speculation is off so only the suffix's cache differs. Each
     answer is scored against the rest of the target.
     """
-    from fimls.engine.api import CompletionRequest
-    from fimls.memo import SuggestionMemo
-
     rows: list[dict[str, Any]] = []
     for ti, task in enumerate(tasks):
-        answers: dict[bool, list[tuple[str, dict[str, Any]]]] = {}
-        for reuse in (True, False):
-            engine.reset()
-            engine.prev_gen.clear()
-            got: list[tuple[str, dict[str, Any]]] = []
-            for k in range(min(chars, len(task.target)) + 1):
-                engine.memo = SuggestionMemo()
-                req = CompletionRequest(
-                    uri=f"bench://suffix/{ti}", version=k + 1,
-                    prefix=task.prefix + task.target[:k], suffix=task.suffix,
-                    max_tokens=max_tokens, max_lines=max_lines, speculative="off",
-                    reuse_suffix=reuse)
-                res = engine.complete(req, lambda: False)
-                got.append((res.text, json.loads(res.record.to_json())))
-            answers[reuse] = got
+        answers = {reuse: _typed_answers(engine, ti, task, chars, max_tokens, max_lines, reuse)
+                   for reuse in (True, False)}
         for k, ((a, ra), (b, rb)) in enumerate(
                 zip(answers[True], answers[False], strict=True)):
             if k == 0:

@@ -261,6 +261,85 @@ class PeerCrashed(RuntimeError):
         return self.returncode == -signal.SIGILL
 
 
+class _PeerServer:
+    """One llama-server process, started, asked over HTTP, and stopped."""
+
+    def __init__(self, server: Path, model: Path, threads: int, extra_args: str,
+                 port: int) -> None:
+        if not port:
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", 0))
+                port = int(sock.getsockname()[1])
+        cmd = [str(server), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
+               "-c", "4096", "-t", str(threads), "-np", "1", "--no-webui",
+               *shlex.split(extra_args)]
+        fd, self.err_name = tempfile.mkstemp(prefix="fimls-peer-", suffix=".log")
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=fd)
+        os.close(fd)
+        self.base = f"http://127.0.0.1:{port}"
+
+    def wait_ready(self, seconds: float = 600) -> None:
+        """Until the server answers /health (it loads the model first)."""
+        deadline = time.monotonic() + seconds
+        while True:
+            if self.proc.poll() is not None:
+                raise PeerCrashed(self.proc.returncode, self.err_name)
+            try:
+                with urllib.request.urlopen(self.base + "/health", timeout=2) as r:
+                    if json.loads(r.read()).get("status") == "ok":
+                        return
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"llama-server did not start; see {self.err_name}"
+                                       ) from None
+                time.sleep(0.5)
+
+    def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST ``body`` to ``path``; PeerCrashed when the server died on it."""
+        try:
+            return post_json(self.base + path, body)
+        except urllib.error.HTTPError:
+            raise
+        except OSError:
+            # A binary built for another CPU can pass its start and die at its first batch.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=10)
+            if self.proc.returncode is None:
+                raise
+            raise PeerCrashed(self.proc.returncode, self.err_name) from None
+
+    def close(self) -> None:
+        """Stop the server."""
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def _infill_body(task: Task, typed: int, max_tokens: int,
+                 extra: Callable[[Task], list[dict[str, str]]] | None) -> dict[str, Any]:
+    """llama.vim's /infill request for ``task`` with ``typed`` characters of its target
+    typed: the lines around the cursor, greedy, one line."""
+    before = (task.prefix + task.target[:typed]).split("\n")
+    pre = "\n".join(before[-(PEER_PREFIX_LINES + 1):])[-PEER_PREFIX_CHARS:]
+    suf = "\n".join(task.suffix.split("\n")[:PEER_SUFFIX_LINES])
+    body = {"input_prefix": pre, "input_suffix": suf[:PEER_SUFFIX_CHARS],
+            "n_predict": max_tokens, "temperature": 0, "samplers": ["top_k"],
+            "top_k": 1, "cache_prompt": True, "stop": ["\n"]}
+    if extra is not None:
+        body["input_extra"] = extra(task)
+    return body
+
+
+def _as_completion(body: dict[str, Any]) -> dict[str, Any]:
+    """An /infill request as a /completion one on its prefix (a model without FIM tokens)."""
+    body = {**body, "prompt": body["input_prefix"]}
+    del body["input_prefix"], body["input_suffix"]
+    body.pop("input_extra", None)
+    return body
+
+
 def run_peer(server: Path, model: Path, tasks: Sequence[Task], *, typing: int,
              max_tokens: int, threads: int, extra_args: str = DEFAULT_PEER_ARGS,
              port: int = 0, progress: Callable[[str], None] | None = None,
@@ -269,74 +348,28 @@ def run_peer(server: Path, model: Path, tasks: Sequence[Task], *, typing: int,
     """Start ``server`` (llama-server) on ``model`` and ask it as llama.vim would (on
     ``port``; 0: a free one). ``extra`` gives a task's chunks of other files, sent as
     ``input_extra`` (llama.vim's ring buffer) with each of its requests."""
-    if not port:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
-    cmd = [str(server), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
-           "-c", "4096", "-t", str(threads), "-np", "1", "--no-webui",
-           *shlex.split(extra_args)]
-    fd, err_name = tempfile.mkstemp(prefix="fimls-peer-", suffix=".log")
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=fd)
-    os.close(fd)
-    base = f"http://127.0.0.1:{port}"
-
-    def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
-        try:
-            return post_json(base + path, body)
-        except urllib.error.HTTPError:
-            raise
-        except OSError:
-            # A binary built for another CPU can pass its start and die at its first batch.
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=10)
-            if proc.returncode is None:
-                raise
-            raise PeerCrashed(proc.returncode, err_name) from None
-
+    peer = _PeerServer(server, model, threads, extra_args, port)
     try:
-        deadline = time.monotonic() + 600
-        while True:
-            if proc.poll() is not None:
-                raise PeerCrashed(proc.returncode, err_name)
-            try:
-                with urllib.request.urlopen(base + "/health", timeout=2) as r:
-                    if json.loads(r.read()).get("status") == "ok":
-                        break
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"llama-server did not start; see {err_name}") from None
-                time.sleep(0.5)
+        peer.wait_ready()
         rows = []
         infill = True  # a model without FIM tokens is asked on its prefix, at /completion
         for task in tasks:
             lat: list[float] = []
             first = ""
             for k in range(typing + 1):
-                before = (task.prefix + task.target[:k]).split("\n")
-                pre = "\n".join(before[-(PEER_PREFIX_LINES + 1):])[-PEER_PREFIX_CHARS:]
-                suf = "\n".join(task.suffix.split("\n")[:PEER_SUFFIX_LINES])
-                body = {"input_prefix": pre, "input_suffix": suf[:PEER_SUFFIX_CHARS],
-                        "n_predict": max_tokens, "temperature": 0, "samplers": ["top_k"],
-                        "top_k": 1, "cache_prompt": True, "stop": ["\n"]}
-                if extra is not None:
-                    body["input_extra"] = extra(task)
+                body = _infill_body(task, k, max_tokens, extra)
                 if not infill:
-                    body = {**body, "prompt": pre}
-                    del body["input_prefix"], body["input_suffix"]
-                    body.pop("input_extra", None)
+                    body = _as_completion(body)
                 t0 = time.perf_counter()
                 try:
-                    r = post("/infill" if infill else "/completion", body)
+                    r = peer.post("/infill" if infill else "/completion", body)
                 except urllib.error.HTTPError:
                     if not infill:
                         raise
                     infill = False
-                    body = {**body, "prompt": pre}
-                    del body["input_prefix"], body["input_suffix"]
-                    body.pop("input_extra", None)
+                    body = _as_completion(body)
                     t0 = time.perf_counter()
-                    r = post("/completion", body)
+                    r = peer.post("/completion", body)
                 lat.append((time.perf_counter() - t0) * 1000.0)
                 if k == 0:
                     first = str(r.get("content", ""))
@@ -347,11 +380,7 @@ def run_peer(server: Path, model: Path, tasks: Sequence[Task], *, typing: int,
                 progress("peer")
         return rows
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        peer.close()
 
 
 def idle_prefill_stats(log: Path) -> dict[str, Any]:

@@ -83,46 +83,47 @@ class SoakResult:
     seconds: float = 0.0
 
 
-async def _soak(cmd: list[str], texts: list[str], n_requests: int, warmup: int, seed: int,
-                log_path: Path, progress: bool) -> SoakResult:
-    from lsprotocol import types
+class _Soaker:
+    """One soak session: the client, its documents and what it measured."""
 
-    rng = random.Random(seed)
-    res = SoakResult()
-    client = await start_client(cmd, "fimls-soak")
+    def __init__(self, client: Any, texts: list[str], seed: int) -> None:
+        self.client = client
+        self.texts = texts
+        self.rng = random.Random(seed)
+        self.res = SoakResult()
+        self.docs: list[Doc] = []
+        self.current = 0
+        self.serial = 0
+        self.sent_at: dict[int, float] = {}
+        self.done_at: dict[int, float] = {}
 
-    async def status() -> Any:
-        return await client.protocol.send_request_async("fimls/status", None)
+    async def snapshot(self, label: str) -> Any:
+        """The server's and the worker's RSS now, as ``label``; the status it read."""
+        st = await self.client.protocol.send_request_async("fimls/status", None)
+        self.res.rss[label] = {"server": rss_kib(st.serverPid), "worker": rss_kib(st.workerPid)}
+        return st
 
-    def snapshot(label: str, st: Any) -> None:
-        res.rss[label] = {"server": rss_kib(st.serverPid), "worker": rss_kib(st.workerPid)}
-
-    snapshot("loaded", await status())
-
-    docs: list[Doc] = []
-    serial = 0
-
-    def new_doc(text: str) -> Doc:
-        nonlocal serial
-        serial += 1
-        # The cursor goes where the body of a function starts, or at the end.
+    def new_doc(self, text: str) -> Doc:
+        """Open ``text`` as a new document; the cursor where a function's body starts."""
+        self.serial += 1
         cut = text.find(":\n    ")
         cursor = cut + 6 if cut >= 0 else len(text)
-        doc = Doc(uri=f"file:///soak/doc{serial}.py", text=text, cursor=cursor)
-        open_doc(client, doc.uri, text)
+        doc = Doc(uri=f"file:///soak/doc{self.serial}.py", text=text, cursor=cursor)
+        open_doc(self.client, doc.uri, text)
         return doc
 
-    def edit(doc: Doc, start: int, end: int, new: str) -> None:
+    def edit(self, doc: Doc, start: int, end: int, new: str) -> None:
+        """Replace ``doc``'s text from ``start`` to ``end``, and tell the server."""
+        from lsprotocol import types
+
         # Never split a CRLF: no editor puts a cursor between the two.
-        for name, off in (("start", start), ("end", end)):
-            if 0 < off < len(doc.text) and doc.text[off - 1] == "\r" and doc.text[off] == "\n":
-                if name == "start":
-                    start -= 1
-                else:
-                    end += 1
+        if 0 < start < len(doc.text) and doc.text[start - 1] == "\r" and doc.text[start] == "\n":
+            start -= 1
+        if 0 < end < len(doc.text) and doc.text[end - 1] == "\r" and doc.text[end] == "\n":
+            end += 1
         (sl, sc), (el, ec) = doc.position(start), doc.position(end)
         doc.version += 1
-        client.text_document_did_change(types.DidChangeTextDocumentParams(
+        self.client.text_document_did_change(types.DidChangeTextDocumentParams(
             text_document=types.VersionedTextDocumentIdentifier(uri=doc.uri,
                                                                 version=doc.version),
             content_changes=[types.TextDocumentContentChangePartial(
@@ -135,20 +136,20 @@ async def _soak(cmd: list[str], texts: list[str], n_requests: int, warmup: int, 
         elif doc.cursor > start:
             doc.cursor = start + len(new)
 
-    sent_at: dict[int, float] = {}
-    done_at: dict[int, float] = {}
-
-    def ask(doc: Doc) -> asyncio.Future[Any]:
+    def ask(self, doc: Doc) -> asyncio.Future[Any]:
+        """Ask for a suggestion at ``doc``'s cursor (sent now, before any edit after it)."""
         line, col = doc.position()
-        res.requests += 1
-        # Sent now, not when a task first runs: the edits that follow come after it.
-        fut = asyncio.ensure_future(client.text_document_inline_completion_async(
+        self.res.requests += 1
+        fut = asyncio.ensure_future(self.client.text_document_inline_completion_async(
             inline_params(doc.uri, line, col)))
-        sent_at[id(fut)] = time.perf_counter()
-        fut.add_done_callback(lambda f: done_at.__setitem__(id(f), time.perf_counter()))
+        self.sent_at[id(fut)] = time.perf_counter()
+        fut.add_done_callback(lambda f: self.done_at.__setitem__(id(f), time.perf_counter()))
         return fut
 
-    async def settle(futs: list[tuple[asyncio.Future[Any], Doc, bool]], waited: bool) -> None:
+    async def settle(self, futs: list[tuple[asyncio.Future[Any], Doc, bool]],
+                     waited: bool) -> None:
+        """Await the answers; their latency, or the error they are."""
+        res = self.res
         for fut, doc, cancelled in futs:
             try:
                 answer = await asyncio.wait_for(fut, 60)
@@ -158,10 +159,10 @@ async def _soak(cmd: list[str], texts: list[str], n_requests: int, warmup: int, 
             except Exception as exc:  # an LSP error reply
                 if not (cancelled and "cancel" in str(exc).lower()):
                     res.errors.append(f"{type(exc).__name__}: {exc}")
-                sent_at.pop(id(fut), None)
-                done_at.pop(id(fut), None)
+                self.sent_at.pop(id(fut), None)
+                self.done_at.pop(id(fut), None)
                 continue
-            ms = (done_at.pop(id(fut)) - sent_at.pop(id(fut))) * 1000.0
+            ms = (self.done_at.pop(id(fut)) - self.sent_at.pop(id(fut))) * 1000.0
             res.latencies_ms.append(ms)
             if waited:
                 res.waited_ms.append(ms)
@@ -169,70 +170,101 @@ async def _soak(cmd: list[str], texts: list[str], n_requests: int, warmup: int, 
             text = items[0].insert_text if items else ""
             doc.shown = text if isinstance(text, str) else ""
 
-    for text in texts[:4]:
-        docs.append(new_doc(text))
-    current = 0
+    async def type_one(self, doc: Doc) -> None:
+        """Type one character (usually the shown suggestion's next), ask, wait."""
+        rng = self.rng
+        if doc.shown and rng.random() < 0.8:
+            ch, doc.shown = doc.shown[0], doc.shown[1:]
+        else:
+            ch, doc.shown = rng.choice(EDIT_CHARS), ""
+        self.edit(doc, doc.cursor, doc.cursor, ch)
+        await self.settle([(self.ask(doc), doc, False)], True)
+
+    async def burst(self, doc: Doc) -> None:
+        """Three keystrokes, each asked for, without waiting in between."""
+        futs = []
+        for _ in range(3):
+            self.edit(doc, doc.cursor, doc.cursor, self.rng.choice(EDIT_CHARS))
+            futs.append((self.ask(doc), doc, False))
+            await asyncio.sleep(self.rng.choice((0.0, 0.005, 0.02)))
+        await self.settle(futs, False)
+
+    async def edit_elsewhere(self, doc: Doc) -> None:
+        """An edit mostly near the cursor, sometimes far above it; then ask."""
+        rng = self.rng
+        span = 200 if rng.random() < 0.9 else len(doc.text)
+        a = max(0, min(len(doc.text), doc.cursor + rng.randint(-span, span // 4)))
+        if rng.random() < 0.5 and len(doc.text) > 400:
+            self.edit(doc, a, min(len(doc.text), a + rng.randint(1, 12)), "")
+        else:
+            self.edit(doc, a, a, "".join(rng.choice(EDIT_CHARS)
+                                         for _ in range(rng.randint(1, 8))))
+        await self.settle([(self.ask(doc), doc, False)], True)
+
+    async def ask_and_cancel(self, doc: Doc) -> None:
+        """Ask, then cancel the request with ``$/cancelRequest``."""
+        from lsprotocol import types
+
+        fut = self.ask(doc)
+        await asyncio.sleep(self.rng.choice((0.0, 0.01, 0.05)))
+        pending = list(self.client.protocol._request_futures)
+        if pending:
+            self.client.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id=pending[-1]))
+        await self.settle([(fut, doc, True)], False)
+
+    async def step(self) -> Doc:
+        """One random step of the workload (see the module's docstring)."""
+        from lsprotocol import types
+
+        doc = self.docs[self.current]
+        r = self.rng.random()
+        if r < 0.60:
+            await self.type_one(doc)
+        elif r < 0.75:
+            await self.burst(doc)
+        elif r < 0.87:
+            await self.edit_elsewhere(doc)
+        elif r < 0.92:
+            await self.ask_and_cancel(doc)
+        elif r < 0.97:  # switch documents
+            self.current = (self.current + 1) % len(self.docs)
+            doc = self.docs[self.current]
+            await self.settle([(self.ask(doc), doc, False)], True)
+        else:  # close a document and open it afresh (from an original text)
+            self.client.text_document_did_close(types.DidCloseTextDocumentParams(
+                text_document=types.TextDocumentIdentifier(uri=doc.uri)))
+            self.docs[self.current] = self.new_doc(self.texts[self.rng.randrange(len(self.texts))])
+        return doc
+
+
+async def _soak(cmd: list[str], texts: list[str], n_requests: int, warmup: int, seed: int,
+                log_path: Path, progress: bool) -> SoakResult:
+    client = await start_client(cmd, "fimls-soak")
+    soak = _Soaker(client, texts, seed)
+    res = soak.res
+    await soak.snapshot("loaded")
+    soak.docs = [soak.new_doc(text) for text in texts[:4]]
     t_start = time.perf_counter()
     next_report = 0
     warm = False
     while res.requests < n_requests:
         if not warm and res.requests >= warmup:
             warm = True
-            snapshot("start", await status())
+            await soak.snapshot("start")
             t_start = time.perf_counter()
-        doc = docs[current]
-        r = rng.random()
-        if r < 0.60:  # type one character, ask, wait
-            if doc.shown and rng.random() < 0.8:
-                ch, doc.shown = doc.shown[0], doc.shown[1:]
-            else:
-                ch, doc.shown = rng.choice(EDIT_CHARS), ""
-            edit(doc, doc.cursor, doc.cursor, ch)
-            await settle([(ask(doc), doc, False)], True)
-        elif r < 0.75:  # a burst of keystrokes, not waiting in between
-            futs = []
-            for _ in range(3):
-                edit(doc, doc.cursor, doc.cursor, rng.choice(EDIT_CHARS))
-                futs.append((ask(doc), doc, False))
-                await asyncio.sleep(rng.choice((0.0, 0.005, 0.02)))
-            await settle(futs, False)
-        elif r < 0.87:  # an edit elsewhere: mostly near the cursor, sometimes far above
-            span = 200 if rng.random() < 0.9 else len(doc.text)
-            a = max(0, min(len(doc.text), doc.cursor + rng.randint(-span, span // 4)))
-            if rng.random() < 0.5 and len(doc.text) > 400:
-                b = min(len(doc.text), a + rng.randint(1, 12))
-                edit(doc, a, b, "")
-            else:
-                edit(doc, a, a, "".join(rng.choice(EDIT_CHARS) for _ in range(rng.randint(1, 8))))
-            await settle([(ask(doc), doc, False)], True)
-        elif r < 0.92:  # ask, then cancel it
-            fut = ask(doc)
-            await asyncio.sleep(rng.choice((0.0, 0.01, 0.05)))
-            pending = list(client.protocol._request_futures)
-            if pending:
-                client.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id=pending[-1]))
-            await settle([(fut, doc, True)], False)
-        elif r < 0.97:  # switch documents
-            current = (current + 1) % len(docs)
-            doc = docs[current]
-            await settle([(ask(doc), doc, False)], True)
-        else:  # close a document and open it afresh (from its original text)
-            client.text_document_did_close(types.DidCloseTextDocumentParams(
-                text_document=types.TextDocumentIdentifier(uri=doc.uri)))
-            docs[current] = new_doc(texts[rng.randrange(len(texts))])
+        doc = await soak.step()
         # Keep documents from growing or shrinking without bound.
         if len(doc.text) > 20000:
-            edit(doc, 0, len(doc.text) - 12000, "")
+            soak.edit(doc, 0, len(doc.text) - 12000, "")
         if res.requests >= next_report:
             next_report += 500
-            st = await status()
-            worker_mib = rss_kib(st.workerPid) / 1024
+            st = await client.protocol.send_request_async("fimls/status", None)
             res.rss_series.append((res.requests, rss_kib(st.serverPid) + rss_kib(st.workerPid)))
             if progress:
                 print(f"  {res.requests:>6} requests, {len(res.errors)} errors, "
                       f"{time.perf_counter() - t_start:6.0f} s, worker RSS "
-                      f"{worker_mib:.1f} MiB", file=sys.stderr, flush=True)
-    snapshot("end", await status())
+                      f"{rss_kib(st.workerPid) / 1024:.1f} MiB", file=sys.stderr, flush=True)
+    await soak.snapshot("end")
     res.seconds = time.perf_counter() - t_start
     await client.shutdown_async(None)
     client.exit(None)

@@ -450,23 +450,10 @@ def from_files(paths: Iterable[Path | str], *, n: int = 300, seed: int = 0,
     for path, rel in files:
         if len(tasks) >= n:
             break
-        try:
-            text, why = decode_source(path.read_bytes(), limits)
-        except OSError:
-            text, why = None, "unreadable file"
-        if text is None:
-            skipped[why] += 1
-            continue
-        language = language_of(rel) or ""
-        lines = split_lines(text)
-        comment = _COMMENT.get(language, _C_COMMENT)
-        code = [i for i, ln in enumerate(lines)
-                if ln.strip() and not ln.strip().startswith(comment)]
-        if len(code) < 20:
-            skipped["too few lines of code"] += 1
-            continue
-        usable.append((rel, language, lines, code))
-        draw(*usable[-1])
+        found = _code_of(path, rel, limits, skipped)
+        if found is not None:
+            usable.append(found)
+            draw(*found)
     # More rounds over the same files, until three in a row find nothing new.
     idle = 0
     while len(tasks) < n and usable and idle < 3:
@@ -477,6 +464,27 @@ def from_files(paths: Iterable[Path | str], *, n: int = 300, seed: int = 0,
             draw(*f)
         idle = idle + 1 if len(tasks) == before else 0
     return tasks, skipped
+
+
+def _code_of(path: Path, rel: str, limits: Limits, skipped: Counter[str],
+             ) -> tuple[str, str, list[str], list[int]] | None:
+    """(path, language, lines, the indices of code lines) of a file worth cutting spans
+    from; None (and why, in ``skipped``) for the others."""
+    try:
+        text, why = decode_source(path.read_bytes(), limits)
+    except OSError:
+        text, why = None, "unreadable file"
+    if text is None:
+        skipped[why] += 1
+        return None
+    language = language_of(rel) or ""
+    lines = split_lines(text)
+    comment = _COMMENT.get(language, _C_COMMENT)
+    code = [i for i, ln in enumerate(lines) if ln.strip() and not ln.strip().startswith(comment)]
+    if len(code) < 20:
+        skipped["too few lines of code"] += 1
+        return None
+    return rel, language, lines, code
 
 
 def write_jsonl(tasks: Iterable[dict[str, Any]], out: TextIO) -> int:
@@ -509,6 +517,25 @@ def cross_file(repo: Path | str, *, n: int = 100, seed: int = 0, rev: str = "HEA
     name = _repo_name(repo)
     rng = random.Random(seed)
     skipped: Counter[str] = Counter()
+    texts = _source_texts(repo, rev, limits, skipped)
+    unique = _defined_once(texts)
+    if not unique:
+        return [], skipped
+    call = re.compile(r"(?<![\w.])(" + "|".join(sorted(map(re.escape, unique), key=len,
+                                                           reverse=True)) + r")\(")
+    pools: list[list[dict[str, Any]]] = []
+    for path in sorted(texts):
+        pool = _calls_in(path, texts, unique, call, rng, unrelated, name, skipped)
+        if pool:
+            rng.shuffle(pool)
+            pools.append(pool)
+    rng.shuffle(pools)
+    return _round_robin(pools, n), skipped
+
+
+def _source_texts(repo: Path, rev: str, limits: Limits,
+                  skipped: Counter[str]) -> dict[str, str]:
+    """The source files of ``repo`` at ``rev`` that ``limits`` admit, by path."""
     listing = _git(repo, "ls-tree", "-r", "--name-only", rev).decode("utf-8", "replace")
     texts: dict[str, str] = {}
     for path in sorted(listing.splitlines()):
@@ -520,6 +547,11 @@ def cross_file(repo: Path | str, *, n: int = 100, seed: int = 0, rev: str = "HEA
             skipped[why] += 1
             continue
         texts[path] = text
+    return texts
+
+
+def _defined_once(texts: dict[str, str]) -> dict[str, str]:
+    """Names defined at the top level of exactly one file and nowhere else, and that file."""
     from fimls.crossfile import definitions
 
     top: dict[str, set[str]] = {}  # name -> files defining it at the top level
@@ -529,46 +561,39 @@ def cross_file(repo: Path | str, *, n: int = 100, seed: int = 0, rev: str = "HEA
             top.setdefault(m.group(1), set()).add(path)
         for ident in definitions(text):
             anywhere.setdefault(ident, set()).add(path)
-    unique = {k: next(iter(v)) for k, v in top.items()
-              if len(v) == 1 and anywhere.get(k) == v and len(k) > 3}
-    call = re.compile(r"(?<![\w.])(" + "|".join(sorted(map(re.escape, unique), key=len,
-                                                           reverse=True)) + r")\(") \
-        if unique else None
-    pools: list[list[dict[str, Any]]] = []
+    return {k: next(iter(v)) for k, v in top.items()
+            if len(v) == 1 and anywhere.get(k) == v and len(k) > 3}
+
+
+def _calls_in(path: str, texts: dict[str, str], unique: dict[str, str],
+              call: re.Pattern[str], rng: random.Random, unrelated: int, name: str,
+              skipped: Counter[str]) -> list[dict[str, Any]]:
+    """The tasks of one file: the first call of each name defined in one other file."""
+    text = texts[path]
     paths = sorted(texts)
-    for path in paths:
-        if call is None:
-            break
-        text = texts[path]
-        used: set[str] = set()
-        pool = []
-        offset = 0
-        for line in split_lines(text):
-            body = line.lstrip()
-            found = call.search(line)
-            if (found and not body.startswith(("def ", "class ", "#", "import ", "from ", "@"))
-                    and found.group(1) not in used):
-                m = found
-                ident = m.group(1)
-                used.add(ident)
-                home = unique[ident]
-                rest = line[m.start():].rstrip("\r\n")
-                if home != path and len(rest) > len(ident) + 2:
-                    others = [p for p in paths if p not in (path, home)
-                              and ident not in texts[p]]
-                    extra = rng.sample(others, min(unrelated, len(others)))
-                    cut = offset + m.start()
-                    pool.append({
-                        "task_id": f"{name}/{path}:{ident}", "prefix": text[:cut],
-                        "suffix": text[cut + len(rest):], "target": rest,
-                        "kind": "cross-file", "language": language_of(path) or "",
-                        "path": path, "defined_in": home, "repo": name,
-                        "open": [{"path": p, "text": texts[p]} for p in [home, *extra]]})
-                elif home == path:
-                    skipped["defined in the same file"] += 1
-            offset += len(line)
-        if pool:
-            rng.shuffle(pool)
-            pools.append(pool)
-    rng.shuffle(pools)
-    return _round_robin(pools, n), skipped
+    used: set[str] = set()
+    pool = []
+    offset = 0
+    for line in split_lines(text):
+        body = line.lstrip()
+        m = call.search(line)
+        if (m and not body.startswith(("def ", "class ", "#", "import ", "from ", "@"))
+                and m.group(1) not in used):
+            ident = m.group(1)
+            used.add(ident)
+            home = unique[ident]
+            rest = line[m.start():].rstrip("\r\n")
+            if home != path and len(rest) > len(ident) + 2:
+                others = [p for p in paths if p not in (path, home) and ident not in texts[p]]
+                extra = rng.sample(others, min(unrelated, len(others)))
+                cut = offset + m.start()
+                pool.append({
+                    "task_id": f"{name}/{path}:{ident}", "prefix": text[:cut],
+                    "suffix": text[cut + len(rest):], "target": rest,
+                    "kind": "cross-file", "language": language_of(path) or "",
+                    "path": path, "defined_in": home, "repo": name,
+                    "open": [{"path": p, "text": texts[p]} for p in [home, *extra]]})
+            elif home == path:
+                skipped["defined in the same file"] += 1
+        offset += len(line)
+    return pool
