@@ -61,13 +61,15 @@ MAX_PATH_REMAINDER = 32  # bytes of typed text that may be forced after the cach
 class Engine(Decoder, SecondReading, IdleWork, Speculation, CostCalibration):
     """Owns one model and its context; not thread-safe (one worker thread calls it)."""
 
-    def __init__(self, cfg: EngineConfig) -> None:
+    def __init__(self, cfg: EngineConfig, model: LlamaModel | None = None) -> None:
+        """``model``: the loaded model to run (tests pass a scripted one); None loads
+        ``cfg.model_path``."""
         self.cfg = cfg
         kernels_cache = cfg.cost_cache.with_name("cpu-kernels.json") if cfg.cost_cache else None
-        self.model = LlamaModel(cfg.model_path, n_ctx=cfg.n_ctx, n_batch=cfg.n_batch,
-                                threads=cfg.threads, n_gpu_layers=cfg.n_gpu_layers,
-                                extra_buffers=extra_buffers_usable(cfg.model_path,
-                                                                   kernels_cache))
+        self.model = model or LlamaModel(
+            cfg.model_path, n_ctx=cfg.n_ctx, n_batch=cfg.n_batch, threads=cfg.threads,
+            n_gpu_layers=cfg.n_gpu_layers,
+            extra_buffers=extra_buffers_usable(cfg.model_path, kernels_cache))
         self.vocab = self.model.vocab
         self.template: FimTemplate = detect_template(self.vocab, order=cfg.fim_order)
         # A FIM engine answers typing its shown suggestion from its memo (see _run); the
