@@ -48,7 +48,7 @@ def test_defaults() -> None:
         "draftModel": None, "draftMax": 8, "ngramMax": 3, "idlePrefill": True,
         "reuseSuffix": True, "contextTokens": 512, "workspaceFiles": True,
         "secondReading": True,
-        "minConfidence": 0.5,
+        "minConfidence": 0.3,
         "latencyLog": None, "logLevel": "INFO",
     }
 
