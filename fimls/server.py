@@ -382,19 +382,11 @@ class FimlsServer(LanguageServer):
         prefix, suffix = doc.prefix_suffix(pos, self.encoding, max_prefix=cap, max_suffix=cap)
         offset = doc.offset_at(pos, self.encoding) - len(prefix)
         repo, rel = workspace_relative_path(doc.uri, self.roots)
-        c = self.options.completion
-        return CompletionRequest(uri=doc.uri, version=doc.version, prefix=prefix,
-                                 suffix=suffix, prefix_offset=offset,
-                                 repo_name=repo,
-                                 rel_path=rel,
-                                 max_tokens=c.max_tokens, max_lines=c.max_lines,
-                                 max_time_ms=c.max_time_ms,
-                                 speculative=c.speculative, reuse_suffix=c.reuse_suffix,
-                                 min_confidence=c.min_confidence,
-                                 neighbors=self._neighbor_texts(doc),
-                                 context=self._context_for(doc, pos, prefix, suffix, idle=idle),
-                                 context_tokens=c.context_tokens,
-                                 second_reading=c.second_reading)
+        return CompletionRequest.from_options(
+            self.options.completion, uri=doc.uri, version=doc.version, prefix=prefix,
+            suffix=suffix, prefix_offset=offset, repo_name=repo, rel_path=rel,
+            neighbors=self._neighbor_texts(doc),
+            context=self._context_for(doc, pos, prefix, suffix, idle=idle))
 
     def _context_for(self, doc: TextDocument, pos: Pos, prefix: str, suffix: str, *,
                      idle: bool, near: tuple[int, int] = (NEAR_BEFORE, NEAR_AFTER),

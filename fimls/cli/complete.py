@@ -73,10 +73,9 @@ def cmd_complete(args: argparse.Namespace) -> int:
     max_time_ms = c.max_time_ms if getattr(args, "opt_maxTimeMs", None) is not None else 0
     # Asked for explicitly, a suggestion is shown however unsure: the gate only when given.
     gate = c.min_confidence if getattr(args, "opt_minConfidence", None) is not None else 0.0
-    req = CompletionRequest(uri=doc.uri, version=0, prefix=prefix, suffix=suffix,
-                            rel_path=path.name, max_tokens=c.max_tokens,
-                            max_lines=c.max_lines, max_time_ms=max_time_ms,
-                            speculative=c.speculative, min_confidence=gate)
+    req = CompletionRequest.from_options(c, uri=doc.uri, version=0, prefix=prefix,
+                                         suffix=suffix, rel_path=path.name,
+                                         max_time_ms=max_time_ms, min_confidence=gate)
     result = engine.complete(req, lambda: False)
     engine.close()
     where = f"{path}:{pos.line + 1}:{pos.character + 1}"

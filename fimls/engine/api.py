@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from fimls.config import CompletionOptions, ModelOptions
 from fimls.crossfile.chunks import ContextChunk
@@ -53,6 +53,18 @@ class CompletionRequest:
     prefill: str = ""
     request_id: str = field(default_factory=lambda: f"r{next(_ids)}")
     created: float = field(default_factory=time.monotonic)
+
+    @classmethod
+    def from_options(cls, options: CompletionOptions, **fields: Any) -> CompletionRequest:
+        """A request with the decoding settings of ``options`` (``fields`` may set any,
+        and must give the document and the cursor: uri, version, prefix, suffix)."""
+        settings = {"max_tokens": options.max_tokens, "max_lines": options.max_lines,
+                    "max_time_ms": options.max_time_ms, "speculative": options.speculative,
+                    "reuse_suffix": options.reuse_suffix,
+                    "min_confidence": options.min_confidence,
+                    "context_tokens": options.context_tokens,
+                    "second_reading": options.second_reading}
+        return cls(**{**settings, **fields})
 
     def __post_init__(self) -> None:
         self.prefix = scrub(self.prefix)
