@@ -75,7 +75,8 @@ def make_tasks(n: int) -> list[dict[str, Any]]:
     return out + _real_edits(n)
 
 
-def run(tasks: list[dict[str, Any]], prompt_tokens: int, max_tokens: int) -> list[dict[str, Any]]:
+def run(tasks: list[dict[str, Any]], prompt_tokens: int, max_tokens: int,
+        model: str) -> list[dict[str, Any]]:
     """Every task with speculative decoding off, then auto, through one in-process engine."""
     from fimls.config import Options, apply_dict
     from fimls.engine import make_engine
@@ -86,7 +87,8 @@ def run(tasks: list[dict[str, Any]], prompt_tokens: int, max_tokens: int) -> lis
     except ImportError:  # a checkout from before the package
         from fimls.context import ContextChunk  # type: ignore[no-redef]
 
-    opts, _ = apply_dict(Options(), {"promptTokens": prompt_tokens, "isolation": "thread"})
+    opts, _ = apply_dict(Options(), {"promptTokens": prompt_tokens, "isolation": "thread",
+                                     "model": model})
     engine = make_engine(opts, isolation="thread")
     rows = []
     for mode in ("off", "auto"):
@@ -146,6 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--out", required=True)
     r.add_argument("--prompt-tokens", type=int, default=1024)
     r.add_argument("--max-tokens", type=int, default=32)
+    r.add_argument("--model", default="qwen2.5-coder-0.5b",
+                   help="the engine's model (default qwen2.5-coder-0.5b: the engine's code is "
+                        "what is compared, and the small model compares it three times faster)")
     c = sub.add_parser("compare", help="identical suggestions of two runs")
     c.add_argument("before")
     c.add_argument("after")
@@ -153,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.step == "tasks":
         _write(args.out, make_tasks(args.n))
     elif args.step == "run":
-        _write(args.out, run(_read(args.tasks), args.prompt_tokens, args.max_tokens))
+        _write(args.out, run(_read(args.tasks), args.prompt_tokens, args.max_tokens,
+                             args.model))
     else:
         print(compare(_read(args.before), _read(args.after)))
     return 0
