@@ -63,8 +63,8 @@ def test_bench_summary_reports_quality_per_set_and_config() -> None:
 def test_cross_tasks_split_by_whether_the_file_calls_the_name_elsewhere() -> None:
     """A task whose suffix calls the name again can be answered by copying; the split
     counts right first lines on each side, and the cli prints both sides' ratio."""
-    from fimls.tools.bench import file_calls_elsewhere, split_by_file_calls
     from fimls.tools.bench_report import format_split as _format_split
+    from fimls.tools.crosstasks import file_calls_elsewhere, split_by_file_calls
     from fimls.tools.harness import Task
 
     copied = Task("a", "from m import convert\nx = ", "\ny = convert(2, rate=1)\n",
@@ -89,7 +89,7 @@ def test_cross_tasks_split_by_whether_the_file_calls_the_name_elsewhere() -> Non
 def test_the_called_names_definition_is_found_among_the_chunks() -> None:
     """The bench asks the server's own chunk choice whether the target's definition is
     in it: with the defining file open it is, with only an unrelated file it is not."""
-    from fimls.tools.bench import definition_in_chunks
+    from fimls.tools.crosstasks import definition_in_chunks
     from fimls.tools.harness import Task
 
     money = ("pkg/money.py", "def convert_amount(value, rate):\n    return value * rate\n")
@@ -107,7 +107,7 @@ def test_ring_chunks_are_what_llama_vim_would_hold_at_best() -> None:
     """The peer's chunks: 33 lines from the called name's definition in the file that
     defines it (sent last, nearest the cursor's file), the first 33 lines of the others,
     nothing of a file too small for llama.vim to pick."""
-    from fimls.tools.bench import RING_CHUNK_LINES, ring_chunks
+    from fimls.tools.crosstasks import RING_CHUNK_LINES, ring_chunks
     from fimls.tools.harness import Task
 
     body = "".join(f"    x{i} = {i}\n" for i in range(50))

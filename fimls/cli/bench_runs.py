@@ -94,7 +94,7 @@ def cross_bench(args: argparse.Namespace, opts: Options, models: list[str | None
     from fimls.crossfile import CHARS_PER_TOKEN as CONTEXT_CHARS_PER_TOKEN
     from fimls.latency import percentile, read_records
     from fimls.models import catalogue_name, default_model_name, resolve_model
-    from fimls.tools import bench, peer
+    from fimls.tools import crosstasks, peer
 
     summary: dict[str, dict[str, dict[str, Any]]] = {}
     flags = passthrough_flags(args)
@@ -122,24 +122,24 @@ def cross_bench(args: argparse.Namespace, opts: Options, models: list[str | None
             row["second_taken_share"] = (sum(r.get("second_line") == "taken" for r in recs)
                                          / max(1, len(recs)))
             row.update(peer.keystroke_costs(rows, log_records))
-            row["by_file_calls"] = bench.split_by_file_calls(rows, tasks)
+            row["by_file_calls"] = crosstasks.split_by_file_calls(rows, tasks)
             if system != FIMLS_ALONE:
                 budget = opts.completion.context_tokens * CONTEXT_CHARS_PER_TOKEN
-                row["definition_in_chunks"] = sum(bench.definition_in_chunks(t, budget)
+                row["definition_in_chunks"] = sum(crosstasks.definition_in_chunks(t, budget)
                                                   for t in tasks)
             row["rows"] = rows
             summary[label][system] = row
         if args.peer:
             # The peer on the same tasks and model file: the file alone, then with the
-            # chunks llama.vim's ring buffer would hold (bench.ring_chunks).
+            # chunks llama.vim's ring buffer would hold (crosstasks.ring_chunks).
             path = resolve_model(model)
-            for system, extra in ((PEER_ALONE, None), (PEER_OPEN, bench.ring_chunks)):
+            for system, extra in ((PEER_ALONE, None), (PEER_OPEN, crosstasks.ring_chunks)):
                 rows = peer.run_peer(Path(args.peer), path, tasks, typing=args.cross_typing,
                                      max_tokens=opts.completion.max_tokens,
                                      threads=default_threads(opts),
                                      extra_args=args.peer_args, progress=step, extra=extra)
                 row = peer.summarize_editor(rows)
-                row["by_file_calls"] = bench.split_by_file_calls(rows, tasks)
+                row["by_file_calls"] = crosstasks.split_by_file_calls(rows, tasks)
                 row["rows"] = rows
                 summary[label][system] = row
     return summary

@@ -54,7 +54,7 @@ def format_split(systems: dict[str, dict[str, Any]], alone_key: str, open_key: s
                   check_chunks: bool = False) -> list[str]:
     """Right first lines where the task's file calls the name elsewhere too (a call the
     model may copy, where its window reaches it) and where only the other file shows it
-    (see :func:`fimls.tools.bench.file_calls_elsewhere`)."""
+    (see :func:`fimls.tools.crosstasks.file_calls_elsewhere`)."""
     alone, opened = systems.get(alone_key), systems.get(open_key)
     if (alone is None or opened is None or "by_file_calls" not in alone
             or "by_file_calls" not in opened):
