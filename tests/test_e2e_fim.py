@@ -685,13 +685,13 @@ def test_both_prompts_must_fit_the_cache(tmp_path: Path) -> None:
         mid_prefix = "".join(f"value_{i} = {i} * 3\n" for i in range(10)) + AREA_PREFIX
         eng.reset()  # (both prompts read from scratch: read twice whatever this CPU's speed)
         res = eng.complete(_second_request(prefix=mid_prefix), lambda: False)
-        assert res.record.second_line != "" and len(eng.alt) > 80
+        assert res.record.second_line != "" and len(eng.cache.alt) > 80
         res = eng.complete(_second_request(prefix=long_prefix, context=[], max_tokens=48),
                            lambda: False)
         # (the window's quantised start drops up to a quarter of its 400 tokens; with the
         # second prompt's 80 or more they pass the 400 the cache leaves a prompt)
         assert res.record.prompt_tokens > 300 and res.record.error is None
-        assert eng.alt == []
+        assert eng.cache.alt == []
     finally:
         eng.close()
 
