@@ -17,7 +17,9 @@ statements to source files inside that same folder and reads them:
 * C / C++: ``#include "x.h"`` beside the document or under ``include/``.
 
 Never read: anything outside the document's workspace folder, anything git ignores there
-(:mod:`fimls.crossfile.ignore`), anything whose name looks like a secret, a file over ``MAX_BYTES``.
+(:mod:`fimls.crossfile.ignore`), anything whose name looks like a secret, a file over
+``MAX_BYTES``. Besides the imported files, only ``.gitignore`` files and a Go workspace's
+``go.mod`` are read.
 At most ``MAX_FILES`` files per document. A file is read once and read again only when
 its size or modification time changes.
 """
@@ -105,18 +107,36 @@ def _go_files(folder: Path) -> list[Path]:
         return []
 
 
+_GO_MODULES: dict[Path, tuple[int, str | None]] = {}  # go.mod -> (mtime, module path)
+
+
+def _go_module(root: Path) -> str | None:
+    """The module path ``root/go.mod`` declares (read again only when it changes)."""
+    path = root / "go.mod"
+    try:
+        stamp = path.stat().st_mtime_ns
+    except OSError:
+        return None
+    cached = _GO_MODULES.get(path)
+    if cached is None or cached[0] != stamp:
+        try:
+            found = _GO_MODULE.search(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError):
+            found = None
+        cached = (stamp, found.group(1) if found else None)
+        _GO_MODULES[path] = cached
+    return cached[1]
+
+
 def _go(doc: Path, text: str, root: Path) -> Iterator[Path]:
     yield from (p for p in _go_files(doc.parent) if p != doc)
-    try:
-        module = _GO_MODULE.search((root / "go.mod").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError):
-        module = None
+    module = _go_module(root)
     if module is None:
         return
     paths = _GO_ONE.findall(text)
     for block in _GO_BLOCK.findall(text):
         paths += _GO_QUOTED.findall(block)
-    prefix = module.group(1) + "/"
+    prefix = module + "/"
     for path in paths:
         if path.startswith(prefix):
             yield from _go_files(root / path[len(prefix):])
