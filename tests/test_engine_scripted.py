@@ -135,3 +135,16 @@ def test_a_cancelled_request_leaves_the_mirror_true(vocab_path: tuple[Path, obje
     assert _mirror_holds(engine, model)
     again = engine.complete(_request(version=2), lambda: False)
     assert again.text == "result + v" and _mirror_holds(engine, model)
+
+
+def test_every_part_the_engine_declares_is_implemented() -> None:
+    """A part's declaration (fimls.engine.parts) is only a signature: were a part's method
+    renamed, the declaration would answer None in its place."""
+    from fimls.engine.parts import EngineParts
+
+    declared = [name for name, value in vars(EngineParts).items()
+                if callable(value) and not name.startswith("__")]
+    assert "_second_line" in declared and "_evaluate" in declared
+    for name in declared:
+        owner = next(c for c in Engine.__mro__ if name in vars(c))
+        assert owner is not EngineParts, f"{name} is declared but no part defines it"

@@ -66,7 +66,7 @@ class Engine(Decoder, SecondReading, IdleWork, Speculation, CostCalibration):
         ``cfg.model_path``."""
         self.cfg = cfg
         kernels_cache = cfg.cost_cache.with_name("cpu-kernels.json") if cfg.cost_cache else None
-        self.model = model or LlamaModel(
+        self.model = model if model is not None else LlamaModel(
             cfg.model_path, n_ctx=cfg.n_ctx, n_batch=cfg.n_batch, threads=cfg.threads,
             n_gpu_layers=cfg.n_gpu_layers,
             extra_buffers=extra_buffers_usable(cfg.model_path, kernels_cache))
