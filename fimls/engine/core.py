@@ -34,10 +34,11 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from fimls.drafting import DraftPolicy, PromptLookupDraft, common_prefix_len
-from fimls.engine.api import CompletionRequest, CompletionResult, EngineConfig, gate
+from fimls.engine.api import CompletionRequest, CompletionResult, EngineConfig
 from fimls.engine.costs import CostCalibration
 from fimls.engine.cpu import extra_buffers_usable
 from fimls.engine.decode import Decoder
+from fimls.engine.finish import set_outcome
 from fimls.engine.idle import SUFFIX_FRESH_TOKENS, IdleWork
 from fimls.engine.kvmirror import Cancelled, KvMirror
 from fimls.engine.llama import LlamaModel, ModelLoadError
@@ -256,9 +257,7 @@ class Engine(Decoder, SecondReading, IdleWork, Speculation, CostCalibration):
                 self._prefill_idle(req, rec, cancelled)
                 text = ""
             else:
-                # Likely wrong: not shown. The memo keeps it, so typing it anyway still
-                # finds it (a suggestion the user writes out is shown then).
-                text = gate(self._run(req, rec, cancelled), rec, req.min_confidence)
+                text = self._run(req, rec, cancelled)  # (gated: see fimls.engine.finish)
         except Cancelled:
             rec.outcome = "cancelled"
             text = ""
@@ -269,6 +268,6 @@ class Engine(Decoder, SecondReading, IdleWork, Speculation, CostCalibration):
         rec.model_ms = (t_end - t_start) * 1000.0
         if req.prefill:
             rec.outcome = "prefill" if rec.outcome != "cancelled" else "prefill_stopped"
-        elif rec.outcome not in ("cancelled", "gated"):
-            rec.outcome = "returned" if text else "empty"
+        else:
+            set_outcome(rec, text)
         return CompletionResult(text=text, record=rec)

@@ -13,6 +13,7 @@ import numpy.typing as npt
 
 from fimls.drafting import common_prefix_len
 from fimls.engine.api import CompletionRequest
+from fimls.engine.finish import finish, record_confidence
 from fimls.engine.kvmirror import Cancelled
 from fimls.engine.parts import EngineParts
 from fimls.latency import LatencyRecord
@@ -21,7 +22,6 @@ from fimls.postprocess import (
     StopPolicy,
     banned_first_bytes,
     cut_to_budget,
-    finalize,
 )
 
 MIN_MEMO_SUGGESTION = 8  # replayed tokens that make a follow-up suggestion worth showing
@@ -78,11 +78,9 @@ class Decoder(EngineParts):
         rec.stop = "max_tokens"
         while len(st.gen) < req.max_tokens and not self._step(st):
             pass
-        text = self._finish(st)
-        if fim:
-            self.memo.remember(req.uri, req.prefix, req.prefix_offset, req.suffix, text,
-                               keep=req.prefill == "next")
-        return text
+        self._finish(st)
+        return finish(st.text, st.ctx, req, rec, self.memo if fim else None,
+                      keep=req.prefill == "next")
 
     def _step(self, st: Decoding) -> bool:
         """One token (or one verified draft); True when the request stops here."""
@@ -121,20 +119,17 @@ class Decoder(EngineParts):
             st.alt = None
         return stop
 
-    def _finish(self, st: Decoding) -> str:
-        """The record's decoding figures; the suggestion's text, post-processed."""
+    def _finish(self, st: Decoding) -> None:
+        """The record's decoding figures; the tokens kept as the next request's draft."""
         rec = st.rec
         rec.generated_tokens = len(st.gen)
         rec.evaluated_tokens = self.cache.evaluated
-        if st.line_probs:
-            rec.confidence = round(min(st.line_probs), 4)
-            rec.confidence_mean = round(sum(st.line_probs) / len(st.line_probs), 4)
+        record_confidence(rec, st.line_probs)
         if st.sources:
             rec.draft = max(st.sources, key=lambda k: st.sources[k])
         if st.t_first is not None:
             rec.decode_ms = (time.monotonic() - st.t_first) * 1000.0
         self._remember(st.req.uri, st.gen)
-        return finalize(st.text, st.ctx)
 
     def _start(self, req: CompletionRequest, rec: LatencyRecord,
                cancelled: Callable[[], bool]) -> Decoding | None:

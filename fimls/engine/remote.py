@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from fimls.engine.api import CompletionRequest, CompletionResult, EngineError, gate
+from fimls.engine.api import CompletionRequest, CompletionResult, EngineError
+from fimls.engine.finish import finish, record_confidence, set_outcome
 from fimls.latency import LatencyRecord
 from fimls.memo import SuggestionMemo
 from fimls.postprocess import (
@@ -42,7 +43,6 @@ from fimls.postprocess import (
     StopPolicy,
     banned_first_bytes,
     cut_to_budget,
-    finalize,
 )
 from fimls.prompt import Prompt, PromptInput, build_prompt, detect_template
 
@@ -498,19 +498,13 @@ class RemoteEngine:
 
     def _finish(self, req: CompletionRequest, rec: LatencyRecord, got: _Received,
                 ctx: CursorContext, t_start: float) -> CompletionResult:
-        """The suggestion as the local engine finishes one: post-processed, remembered,
-        gated."""
+        """The suggestion, finished as the local engine finishes one
+        (:mod:`fimls.engine.finish`)."""
         if got.t_first is not None:
             rec.decode_ms = rec.decode_ms or (time.monotonic() - got.t_first) * 1000.0
-        if got.probs:
-            rec.confidence = round(min(got.probs), 4)
-            rec.confidence_mean = round(sum(got.probs) / len(got.probs), 4)
-        text = finalize(got.out, ctx)
-        # Kept even when the gate hides it: typing it anyway then finds it.
-        self.memo.remember(req.uri, req.prefix, req.prefix_offset, req.suffix, text)
-        text = gate(text, rec, req.min_confidence)
-        if rec.outcome != "gated":
-            rec.outcome = "returned" if text else "empty"
+        record_confidence(rec, got.probs)
+        text = finish(got.out, ctx, req, rec, self.memo)
+        set_outcome(rec, text)
         return self._done(req, rec, text, t_start)
 
     def _parse(self, ev: dict[str, Any], rec: LatencyRecord) -> tuple[str, list[float], str]:
