@@ -13,6 +13,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,46 @@ TIMING_FIELDS = ("queue_ms", "prompt_ms", "ttft_ms", "decode_ms", "total_ms", "h
                  "model_ms")
 COUNT_FIELDS = ("prompt_tokens", "reused_tokens", "generated_tokens", "drafted_tokens",
                 "accepted_tokens")
+
+
+class Word(str, Enum):
+    """A word of the log: compares, prints and serialises as its text."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+class Stop(Word):
+    """Why a suggestion's generation stopped (``stop`` in the log)."""
+
+    NONE = ""
+    EOG = "eog"  # the model's end of text (or of the infill)
+    POLICY = "policy"  # a stop rule cut it (the line, the block, the text that follows)
+    MAX_TOKENS = "max_tokens"
+    MAX_TIME = "max_time"  # maxTimeMs, at a line end
+    MEMO = "memo"  # the rest of the suggestion being typed, from the memo
+    MEMO_END = "memo_end"  # the typed suggestion's end: not grown by a model step
+    NO_TOKEN = "no_token"  # no token keeps the forced text
+    CONTEXT_FULL = "context_full"
+    EMPTY_PROMPT = "empty_prompt"
+
+
+class Outcome(Word):
+    """How a request ended (``outcome`` in the log)."""
+
+    RETURNED = "returned"
+    EMPTY = "empty"
+    GATED = "gated"  # hidden by minConfidence
+    CANCELLED = "cancelled"
+    SUPERSEDED = "superseded"
+    ERROR = "error"
+    PREFILL = "prefill"  # idle work done
+    PREFILL_STOPPED = "prefill_stopped"  # idle work stopped by a request
+    PREFILL_ERROR = "prefill_error"
+    PREEMPTED = "preempted"  # idle work set aside for a request
 
 
 @dataclass(kw_only=True)
@@ -62,9 +103,9 @@ class LatencyRecord:
     # first line; None when the model chose none (memo, forced text only).
     confidence: float | None = None
     confidence_mean: float | None = None
-    outcome: str = "empty"
+    outcome: Outcome = Outcome.EMPTY
     model: str = ""
-    stop: str = ""
+    stop: Stop = Stop.NONE
     error: str | None = None
 
     def to_json(self) -> str:

@@ -32,9 +32,10 @@ from fimls.engine.api import (
     CompletionResult,
     EngineLike,
     EngineState,
+    Prefill,
     describe_error,
 )
-from fimls.latency import LatencyLog, LatencyRecord
+from fimls.latency import LatencyLog, LatencyRecord, Outcome, Stop
 from fimls.memo import SuggestionMemo
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,7 @@ WarningListener = Callable[[str], None]
 class _Job:
     req: CompletionRequest
     future: Future[CompletionResult] = field(default_factory=Future)
-    cancel_reason: str | None = None
+    cancel_reason: Outcome | None = None
     still_current: Callable[[], bool] | None = None
     # The future may be cancelled by its awaiter (asyncio.wrap_future propagates an LSP
     # $/cancelRequest), so whether the job is finished is tracked separately.
@@ -153,18 +154,18 @@ class Scheduler:
         with self._lock:
             old = self._by_uri.get(req.uri)
             if old is not None:
-                self._cancel_locked(old, "superseded")
+                self._cancel_locked(old, Outcome.SUPERSEDED)
             rest = self._recall_locked(req)
             if rest is not None:
                 waited = (time.monotonic() - req.created) * 1000.0
                 rec = LatencyRecord(uri=req.uri, version=req.version,
                                     request_id=req.request_id, model=self.model_name,
-                                    stop="memo", ttft_ms=waited, total_ms=waited)
-                self._finish_locked(job, rest, "returned", record=rec)
+                                    stop=Stop.MEMO, ttft_ms=waited, total_ms=waited)
+                self._finish_locked(job, rest, Outcome.RETURNED, record=rec)
                 return job.future
             if self._state not in (EngineState.READY, EngineState.UNREACHABLE):
                 error = self.load_error if self._state == EngineState.FAILED else None
-                self._finish_locked(job, "", "error" if error else "empty",
+                self._finish_locked(job, "", Outcome.ERROR if error else Outcome.EMPTY,
                                     error=error or f"model {self._state}")
                 return job.future
             self._by_uri[req.uri] = job
@@ -187,13 +188,13 @@ class Scheduler:
     def _remember_locked(self, job: _Job, text: str, rec: LatencyRecord) -> None:
         """Keep what the engine showed as its memo does: the newest answer per document
         (an empty one forgets it), but not an answer that came from the engine's memo."""
-        if not self._memo_on() or job.idle or rec.stop == "memo":
+        if not self._memo_on() or job.idle or rec.stop == Stop.MEMO:
             return
         if rec.outcome in ("returned", "empty"):
             req = job.req
             self._memo.remember(req.uri, req.prefix, req.prefix_offset, req.suffix,
-                                text if rec.outcome == "returned" else "")
-        elif rec.outcome == "error":
+                                text if rec.outcome == Outcome.RETURNED else "")
+        elif rec.outcome == Outcome.ERROR:
             self._memo = SuggestionMemo()  # the engine was reset
         else:
             # Gated, cancelled, superseded: what the engine now remembers is not known
@@ -221,7 +222,7 @@ class Scheduler:
             if (self._state != EngineState.READY or self._queue
                     or (running is not None and not running.idle)):
                 return False
-            if req.prefill == "next" and (key == self._idle_done or any(
+            if req.prefill == Prefill.NEXT and (key == self._idle_done or any(
                     j is not None and j.cancel_reason is None and self._idle_key(j.req) == key
                     for j in (running, self._idle))):
                 return True  # the same work is under way, waiting, or done
@@ -240,14 +241,14 @@ class Scheduler:
         job = self._running
         if (job is not None and job.idle and job.cancel_reason is None
                 and uri in (None, job.req.uri)):
-            job.cancel_reason = "preempted"
+            job.cancel_reason = Outcome.PREEMPTED
             if self._engine is not None:
                 try:
                     self._engine.interrupt(job.req.request_id)
                 except Exception:
                     log.debug("interrupt failed", exc_info=True)
 
-    def cancel(self, request_id: str, reason: str = "cancelled") -> bool:
+    def cancel(self, request_id: str, reason: Outcome = Outcome.CANCELLED) -> bool:
         """Cancel one request by id; False if it already finished."""
         with self._lock:
             job = self._by_id.get(request_id)
@@ -256,7 +257,8 @@ class Scheduler:
             self._cancel_locked(job, reason)
             return True
 
-    def cancel_uri(self, uri: str, reason: str = "superseded", *, idle: bool = False) -> None:
+    def cancel_uri(self, uri: str, reason: Outcome = Outcome.SUPERSEDED, *,
+                   idle: bool = False) -> None:
         """Cancel whatever is pending for a document (it changed, or closed); ``idle``:
         its idle work too (it closed: nobody will ask for what that evaluates, and the
         machine's cores are the user's again)."""
@@ -267,7 +269,7 @@ class Scheduler:
             if idle:
                 self._stop_idle_locked(uri)
 
-    def _cancel_locked(self, job: _Job, reason: str) -> None:
+    def _cancel_locked(self, job: _Job, reason: Outcome) -> None:
         if job.finished or job.cancel_reason is not None:
             return
         job.cancel_reason = reason
@@ -292,7 +294,7 @@ class Scheduler:
         # The running job sees cancel_reason through its predicate and stops at the next
         # token or batch boundary; llama.cpp's abort callback polls it mid-batch too.
 
-    def _finish_locked(self, job: _Job, text: str, outcome: str, *,
+    def _finish_locked(self, job: _Job, text: str, outcome: Outcome, *,
                        record: LatencyRecord | None = None, error: str | None = None) -> None:
         rec = record or LatencyRecord(uri=job.req.uri, version=job.req.version,
                                       request_id=job.req.request_id, model=self.model_name)
@@ -419,7 +421,7 @@ class Scheduler:
                 if job.idle:
                     self._by_id.pop(job.req.request_id, None)
                 else:
-                    self._finish_locked(job, "", job.cancel_reason or "empty")
+                    self._finish_locked(job, "", job.cancel_reason or Outcome.EMPTY)
             return
         try:
             result = engine.complete(job.req, cancelled)
@@ -429,7 +431,7 @@ class Scheduler:
             elif job.cancel_reason is not None:
                 text, rec.outcome = "", job.cancel_reason
             elif job.still_current is not None and not job.still_current():
-                text, rec.outcome = "", "superseded"
+                text, rec.outcome = "", Outcome.SUPERSEDED
         except Exception as exc:
             log.error("engine failed on request %s: %s", job.req.request_id,
                       describe_error(exc))
@@ -442,14 +444,13 @@ class Scheduler:
             rec = LatencyRecord(uri=job.req.uri, version=job.req.version,
                                 request_id=job.req.request_id, model=self.model_name,
                                 error=describe_error(exc))
-            rec.outcome = "prefill_error" if job.idle else "error"
+            rec.outcome = Outcome.PREFILL_ERROR if job.idle else Outcome.ERROR
             rec.total_ms = (time.monotonic() - job.req.created) * 1000.0
         with self._lock:
             self._running = None
             if job.idle:
-                self._idle_done = (self._idle_key(job.req)
-                                   if job.req.prefill == "next" and rec.outcome == "prefill"
-                                   else None)
+                done = job.req.prefill == Prefill.NEXT and rec.outcome == Outcome.PREFILL
+                self._idle_done = self._idle_key(job.req) if done else None
             else:
                 self._idle_done = None
                 self._remember_locked(job, text, rec)
@@ -460,7 +461,7 @@ class Scheduler:
         with self._lock:
             self._stop = True
             for job in list(self._queue):
-                self._finish_locked(job, "", "cancelled")
+                self._finish_locked(job, "", Outcome.CANCELLED)
             self._queue.clear()
             self._idle = None
             self._lock.notify_all()

@@ -35,9 +35,10 @@ from fimls.engine.api import (
     CompletionResult,
     EngineLike,
     EngineState,
+    Prefill,
     describe_error,
 )
-from fimls.latency import LatencyLog
+from fimls.latency import LatencyLog, Outcome
 from fimls.models import default_latency_log
 from fimls.protocol import StrictProtocol, valid_id
 from fimls.scheduler import Scheduler
@@ -286,7 +287,7 @@ class FimlsServer(LanguageServer):
         doc = self.docs.change(uri, params.text_document.version, changes, self.encoding)
         if doc is None:
             log.debug("didChange for a document that is not open: %s", uri)
-        self.scheduler.cancel_uri(uri, "superseded")
+        self.scheduler.cancel_uri(uri, Outcome.SUPERSEDED)
         last = changes[-1][1] if changes else None
         self.context.changed(uri, last[0].line if last is not None else None)
         if doc is not None and changes and changes[-1][1] is not None:
@@ -345,21 +346,21 @@ class FimlsServer(LanguageServer):
                                     prefix=doc.text[:self._text_cap()],
                                     suffix="", repo_name=repo, rel_path=rel,
                                     max_tokens=c.max_tokens, context=context,
-                                    context_tokens=c.context_tokens, prefill="open")
+                                    context_tokens=c.context_tokens, prefill=Prefill.OPEN)
         else:
             pf = self._prefetch
             if (pf is not None and pf[0] == uri and pf[1] == cursor
                     and doc.text[cursor - len(pf[2]):cursor] == pf[2]):
                 return  # the suggestion was accepted: its prefetch evaluates this prompt
             req = replace(self.make_request(doc, doc.position_at(cursor, self.encoding),
-                                            idle=True), prefill="cursor")
+                                            idle=True), prefill=Prefill.CURSOR)
         if self.scheduler.prefill(req):
             log.debug("idle prefill (%s) of %s queued", req.prefill, uri)
 
     def on_close(self, params: types.DidCloseTextDocumentParams) -> None:
         """didClose."""
         uri = params.text_document.uri
-        self.scheduler.cancel_uri(uri, "cancelled", idle=True)
+        self.scheduler.cancel_uri(uri, Outcome.CANCELLED, idle=True)
         self.docs.close(uri)
         # No text of a closed buffer is kept, nor sent again.
         self.context.close(uri)
@@ -462,13 +463,13 @@ class FimlsServer(LanguageServer):
         try:
             result: CompletionResult = await asyncio.wrap_future(fut)
         except asyncio.CancelledError:
-            self.scheduler.cancel(req.request_id, "cancelled")
+            self.scheduler.cancel(req.request_id, Outcome.CANCELLED)
             raise
         if not result.text or not still_current():
             return None
         # While the user reads the suggestion, compute the one after accepting it (llama.vim
         # does the same): Tab, Tab is then instant. Any request stops it.
-        nxt = replace(req, prefix=req.prefix + result.text, prefill="next",
+        nxt = replace(req, prefix=req.prefix + result.text, prefill=Prefill.NEXT,
                       request_id=f"{req.request_id}-next", created=time.monotonic())
         if self.options.completion.idle_prefill and self.scheduler.prefill(nxt):
             self._prefetch = (uri, req.prefix_offset + len(nxt.prefix), result.text)

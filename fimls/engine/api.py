@@ -17,9 +17,18 @@ from typing import Any, Protocol
 
 from fimls.config import CompletionOptions, ModelOptions
 from fimls.crossfile.chunks import ContextChunk
-from fimls.latency import LatencyRecord
+from fimls.latency import LatencyRecord, Outcome, Word
 
 _ids = itertools.count(1)
+
+
+class Prefill(Word):
+    """Idle work a request asks for instead of an answer (see ``CompletionRequest``)."""
+
+    NONE = ""  # a real request: answer it
+    OPEN = "open"  # evaluate the opening of the document (the cursor is unknown)
+    CURSOR = "cursor"  # evaluate the prompt at this cursor
+    NEXT = "next"  # also generate the suggestion here and remember it (a prefetch)
 
 
 @dataclass(kw_only=True)
@@ -47,10 +56,8 @@ class CompletionRequest:
     context: list[ContextChunk] = field(default_factory=list)
     context_tokens: int = CompletionOptions.context_tokens
     second_reading: bool = CompletionOptions.second_reading  # see the option secondReading
-    # Idle work, no answer: "open" evaluates the opening of the document in ``prefix``
-    # (the cursor is unknown), "cursor" the prompt at this cursor, "next" also generates
-    # the suggestion here and remembers it (the prefix ends with the one shown: prefetch).
-    prefill: str = ""
+    # Idle work, no answer (the prefix of a NEXT request ends with the suggestion shown).
+    prefill: Prefill = Prefill.NONE
     request_id: str = field(default_factory=lambda: f"r{next(_ids)}")
     created: float = field(default_factory=time.monotonic)
 
@@ -105,7 +112,7 @@ def gate(text: str, rec: LatencyRecord, min_confidence: float) -> str:
     ``min_confidence`` (a suggestion with no confidence, all forced text, is never gated)."""
     if (text and min_confidence > 0 and rec.confidence is not None
             and rec.confidence < min_confidence):
-        rec.outcome = "gated"
+        rec.outcome = Outcome.GATED
         return ""
     return text
 

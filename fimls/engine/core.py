@@ -34,7 +34,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from fimls.drafting import DraftPolicy, PromptLookupDraft, common_prefix_len
-from fimls.engine.api import CompletionRequest, CompletionResult, EngineConfig
+from fimls.engine.api import CompletionRequest, CompletionResult, EngineConfig, Prefill
 from fimls.engine.costs import CostCalibration
 from fimls.engine.cpu import extra_buffers_usable
 from fimls.engine.decode import Decoder
@@ -44,7 +44,7 @@ from fimls.engine.kvmirror import Cancelled, KvMirror
 from fimls.engine.llama import LlamaModel, ModelLoadError
 from fimls.engine.second import SecondLine, SecondReading
 from fimls.engine.speculation import Speculation
-from fimls.latency import LatencyRecord
+from fimls.latency import LatencyRecord, Outcome
 from fimls.memo import SuggestionMemo
 from fimls.models import catalogue_name
 from fimls.prompt import FimTemplate, Prompt, PromptInput, build_prompt, detect_template
@@ -247,7 +247,7 @@ class Engine(Decoder, SecondReading, IdleWork, Speculation, CostCalibration):
                             queue_ms=(t_start - req.created) * 1000.0)
         self.model.set_abort(cancelled)
         try:
-            if req.prefill == "next":
+            if req.prefill == Prefill.NEXT:
                 # The suggestion after accepting the shown one: generated, remembered
                 # (FIM: in the memo; continuation: along the KV path), not returned.
                 self._run(req, rec, cancelled)
@@ -259,7 +259,7 @@ class Engine(Decoder, SecondReading, IdleWork, Speculation, CostCalibration):
             else:
                 text = self._run(req, rec, cancelled)  # (gated: see fimls.engine.finish)
         except Cancelled:
-            rec.outcome = "cancelled"
+            rec.outcome = Outcome.CANCELLED
             text = ""
         finally:
             self.model.set_abort(None)
@@ -267,7 +267,8 @@ class Engine(Decoder, SecondReading, IdleWork, Speculation, CostCalibration):
         rec.total_ms = (t_end - req.created) * 1000.0
         rec.model_ms = (t_end - t_start) * 1000.0
         if req.prefill:
-            rec.outcome = "prefill" if rec.outcome != "cancelled" else "prefill_stopped"
+            rec.outcome = (Outcome.PREFILL if rec.outcome != Outcome.CANCELLED
+                           else Outcome.PREFILL_STOPPED)
         else:
             set_outcome(rec, text)
         return CompletionResult(text=text, record=rec)

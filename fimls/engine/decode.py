@@ -12,11 +12,11 @@ import numpy as np
 import numpy.typing as npt
 
 from fimls.drafting import common_prefix_len
-from fimls.engine.api import CompletionRequest
+from fimls.engine.api import CompletionRequest, Prefill
 from fimls.engine.finish import finish, record_confidence
 from fimls.engine.kvmirror import Cancelled
 from fimls.engine.parts import EngineParts
-from fimls.latency import LatencyRecord
+from fimls.latency import LatencyRecord, Stop
 from fimls.postprocess import (
     CursorContext,
     StopPolicy,
@@ -69,18 +69,18 @@ class Decoder(EngineParts):
             # remembered instead.
             rest = self.memo.recall(req.uri, req.prefix, req.prefix_offset, req.suffix)
             if rest is not None:
-                rec.stop = "memo"
+                rec.stop = Stop.MEMO
                 rec.ttft_ms = (time.monotonic() - req.created) * 1000.0
                 return rest
         st = self._start(req, rec, cancelled)
         if st is None:
             return ""
-        rec.stop = "max_tokens"
+        rec.stop = Stop.MAX_TOKENS
         while len(st.gen) < req.max_tokens and not self._step(st):
             pass
         self._finish(st)
         return finish(st.text, st.ctx, req, rec, self.memo if fim else None,
-                      keep=req.prefill == "next")
+                      keep=req.prefill == Prefill.NEXT)
 
     def _step(self, st: Decoding) -> bool:
         """One token (or one verified draft); True when the request stops here."""
@@ -90,19 +90,19 @@ class Decoder(EngineParts):
         if (req.max_time_ms and st.t_first is not None
                 and (time.monotonic() - st.t_first) * 1000.0 >= req.max_time_ms
                 and (cut := cut_to_budget(st.text)) is not None):
-            rec.stop = "max_time"
+            rec.stop = Stop.MAX_TIME
             st.text = cut
             return True
         if len(st.seq) >= self.model.n_ctx - 1:
             # A tiny context (or a huge max_tokens): stop before llama.cpp runs out.
-            rec.stop = "context_full"
+            rec.stop = Stop.CONTEXT_FULL
             return True
         greedy = self._next_greedy(st)
         if greedy is None:
             return True
         tok = self._constrain(st, *greedy)
         if tok is None:
-            rec.stop = "no_token"
+            rec.stop = Stop.NO_TOKEN
             return True
         at = len(st.seq) - 1
         if not st.line_done and tok == greedy[0] and not st.remaining:
@@ -114,7 +114,7 @@ class Decoder(EngineParts):
         if st.alt is not None and (st.line_done or stop):
             # The first line is written: the reading without the chunks may propose
             # another (a stop mid-line by the stop rules leaves nothing to compare).
-            stop = (self._second_line(st, stop) if st.line_done or rec.stop == "eog"
+            stop = (self._second_line(st, stop) if st.line_done or rec.stop == Stop.EOG
                     else stop)
             st.alt = None
         return stop
@@ -151,7 +151,7 @@ class Decoder(EngineParts):
         if not tokens:
             # Nothing to condition on (a model without BOS, an empty prefix): the logits
             # at hand belong to some earlier request.
-            rec.stop = "empty_prompt"
+            rec.stop = Stop.EMPTY_PROMPT
             return None
         ctx = CursorContext.from_text(req.prefix, req.suffix)
         common = common_prefix_len(tokens, self.cache.tokens)
@@ -190,7 +190,7 @@ class Decoder(EngineParts):
               and not st.remaining and st.out.strip()):
             # The user is typing the previous suggestion: its rest is shown as it was
             # rather than grown by one model step per keystroke.
-            rec.stop = "memo_end"
+            rec.stop = Stop.MEMO_END
             return None
         else:
             t0 = time.monotonic()
@@ -240,7 +240,7 @@ class Decoder(EngineParts):
             st.t_first = time.monotonic()
             rec.ttft_ms = (st.t_first - st.req.created) * 1000.0
         if tok in self.template.stop_ids or self.vocab.is_eog(tok):
-            rec.stop = "eog"
+            rec.stop = Stop.EOG
             return True
         piece, st.remaining = _past_forced(self.vocab.text_piece(tok), st.remaining)
         n = len(st.seq)
@@ -254,7 +254,7 @@ class Decoder(EngineParts):
             cut = st.policy.cut(st.text)
             if cut is not None:
                 st.text = st.text[:cut]
-                rec.stop = "policy"
+                rec.stop = Stop.POLICY
                 return True
         return False
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from fimls.engine.api import CompletionRequest, gate
-from fimls.latency import LatencyRecord
+from fimls.latency import LatencyRecord, Outcome
 from fimls.memo import SuggestionMemo
 from fimls.postprocess import CursorContext, finalize
 
@@ -33,4 +33,4 @@ def finish(raw: str, ctx: CursorContext, req: CompletionRequest, rec: LatencyRec
 def set_outcome(rec: LatencyRecord, text: str) -> None:
     """``returned`` or ``empty``, unless the request already has its outcome."""
     if rec.outcome not in ("cancelled", "gated"):
-        rec.outcome = "returned" if text else "empty"
+        rec.outcome = Outcome.RETURNED if text else Outcome.EMPTY

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 
 from fimls.drafting import common_prefix_len
-from fimls.engine.api import CompletionRequest
+from fimls.engine.api import CompletionRequest, Prefill
 from fimls.engine.kvmirror import Cancelled
 from fimls.engine.parts import EngineParts
 from fimls.latency import LatencyRecord
@@ -112,7 +112,7 @@ class IdleWork(EngineParts):
         stops this at once (mid-batch, through the abort callback) and loses only the batch
         in flight, and reuses whatever was evaluated before it.
         """
-        if req.prefill == "cursor":
+        if req.prefill == Prefill.CURSOR:
             self._prefill_cursor(req, rec, cancelled)
             return
         tokens, alt = self._opening(req)

@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 
 from fimls.engine.api import CompletionRequest, CompletionResult, EngineError
 from fimls.engine.finish import finish, record_confidence, set_outcome
-from fimls.latency import LatencyRecord
+from fimls.latency import LatencyRecord, Outcome, Stop
 from fimls.memo import SuggestionMemo
 from fimls.postprocess import (
     CursorContext,
@@ -391,7 +391,7 @@ class RemoteEngine:
         except (OSError, ValueError, http.client.HTTPException, EngineError) as exc:
             # (The server's tokenizer, without a local GGUF.)
             self._set_reachable(False, str(exc) or type(exc).__name__)
-            rec.outcome, rec.error = "error", f"engine server: {type(exc).__name__}"
+            rec.outcome, rec.error = Outcome.ERROR, f"engine server: {type(exc).__name__}"
             return self._done(req, rec, "", t_start)
         rec.prompt_tokens = len(tokens)
         rec.context_tokens, rec.context_sources = prompt.context_tokens, prompt.context_sources
@@ -401,10 +401,10 @@ class RemoteEngine:
         threading.Thread(target=self._stream, args=(path, body, req.request_id, events),
                          daemon=True, name="fimls-remote").start()
         got = _Received(forced=forced, policy=StopPolicy(ctx=ctx, max_lines=req.max_lines))
-        rec.stop = "max_tokens"
+        rec.stop = Stop.MAX_TOKENS
         try:
             if not self._receive(req, rec, events, got, cancelled):
-                rec.outcome = "cancelled"
+                rec.outcome = Outcome.CANCELLED
                 return self._done(req, rec, "", t_start)
         except (OSError, ValueError, http.client.HTTPException, EngineError) as exc:
             if (isinstance(exc, http.client.RemoteDisconnected | ConnectionResetError
@@ -413,7 +413,7 @@ class RemoteEngine:
                 # Dropped before a word: once, at once (not a sign of an outage).
                 return self.complete(req, cancelled, retried=True)
             self._set_reachable(False, str(exc) or type(exc).__name__)
-            rec.outcome, rec.error = "error", f"engine server: {type(exc).__name__}"
+            rec.outcome, rec.error = Outcome.ERROR, f"engine server: {type(exc).__name__}"
             return self._done(req, rec, "", t_start)
         self._set_reachable(True)
         return self._finish(req, rec, got, ctx, t_start)
@@ -427,16 +427,16 @@ class RemoteEngine:
             # what it saw), and the suggestion after the shown one, prefetched, is a
             # second generation per suggestion on a server others share: 4 editors on
             # one server waited 7-14 s (p50) for a first suggestion with it, 1.4 s without.
-            rec.outcome = "prefill"
+            rec.outcome = Outcome.PREFILL
             return self._done(req, rec, "", t_start)
         if req.speculative != "off":
             rest = self.memo.recall(req.uri, req.prefix, req.prefix_offset, req.suffix)
             if rest is not None:
-                rec.stop, rec.outcome = "memo", "returned"
+                rec.stop, rec.outcome = Stop.MEMO, Outcome.RETURNED
                 rec.ttft_ms = (time.monotonic() - req.created) * 1000.0
                 return self._done(req, rec, rest, t_start)
         if not self._reachable and time.monotonic() < self._retry_at:
-            rec.outcome, rec.error = "empty", "unreachable"
+            rec.outcome, rec.error = Outcome.EMPTY, "unreachable"
             return self._done(req, rec, "", t_start)
         return None
 
@@ -481,18 +481,18 @@ class RemoteEngine:
         rec.generated_tokens += max(1, len(piece_probs)) if piece else 0
         cut = got.policy.cut(got.out)
         if cut is not None:
-            got.out, rec.stop = got.out[:cut], "policy"
+            got.out, rec.stop = got.out[:cut], Stop.POLICY
             self._abort_stream(req.request_id)
             return True
         if (req.max_time_ms and got.t_first is not None
                 and (time.monotonic() - got.t_first) * 1000.0 >= req.max_time_ms
                 and (short := cut_to_budget(got.out)) is not None):
-            got.out, rec.stop = short, "max_time"
+            got.out, rec.stop = short, Stop.MAX_TIME
             self._abort_stream(req.request_id)
             return True
         if final:
             if final == "stop":
-                rec.stop = "eog"
+                rec.stop = Stop.EOG
             return True
         return False
 

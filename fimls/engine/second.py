@@ -16,6 +16,7 @@ from fimls.engine.api import CompletionRequest
 from fimls.engine.decode import Decoding, _line_ended, _past_forced
 from fimls.engine.kvmirror import SECOND_SEQ, Cancelled
 from fimls.engine.parts import EngineParts
+from fimls.latency import Stop
 from fimls.prompt import Prompt
 
 # Reading the prompt without the chunks as well is worth it where it costs no more than the
@@ -201,7 +202,7 @@ class SecondReading(EngineParts):
         st.seq, st.gen, st.common = st.seq[:n0], [], n0
         st.out, st.text, st.remaining = bytearray(), "", st.constraint
         st.line_probs, st.line_done = [], False
-        st.rec.stop = "max_tokens"  # (the first line's own stop no longer holds)
+        st.rec.stop = Stop.MAX_TOKENS  # (the first line's own stop no longer holds)
         stop = False
         for i, tok in enumerate(second):
             if not st.remaining:
