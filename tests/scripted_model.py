@@ -12,8 +12,7 @@ milliseconds and asserts what the engine computed from known logits.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -43,36 +42,25 @@ class ScriptedModel:
         self.n_ctx, self.n_batch, self.threads = n_ctx, n_batch, 1
         self.cells: dict[int, dict[int, int]] = {0: {}, 1: {}, 2: {}}
         self._logits: list[npt.NDArray[np.float32]] = []
-        self._abort: Callable[[], bool] | None = None
+        self._abort_flag: Callable[[], bool] | None = None
         self.decoded = 0  # tokens evaluated, all sequences
         self.decode_log = None
-        self.abort_after: int | None = None  # decodes until the abort predicate is honoured
 
     # -- what the engine calls -----------------------------------------------------------
 
-    def set_abort(self, flag: Callable[[], bool] | None) -> None:
-        self._abort = flag
-
-    @contextmanager
-    def unabortable(self) -> Iterator[None]:
-        saved, self._abort = self._abort, None
-        try:
-            yield
-        finally:
-            self._abort = saved
+    # llama.cpp's side is scripted; the engine-facing plumbing above it is LlamaModel's own.
+    set_abort = LlamaModel.set_abort
+    unabortable = LlamaModel.unabortable
+    decode = LlamaModel.decode
+    prefill = LlamaModel.prefill
 
     def can_shift(self) -> bool:
         return True
 
-    def decode(self, tokens: Sequence[int], start_pos: int, logits_at: Sequence[int],
-               seq: int = 0) -> bool:
-        return self.decode_at([(t, start_pos + i, seq) for i, t in enumerate(tokens)],
-                              logits_at)
-
     def decode_at(self, items: Sequence[tuple[int, int, int]], logits_at: Sequence[int]) -> bool:
         if len(items) > self.n_batch:
             raise ValueError(f"batch of {len(items)} exceeds n_batch {self.n_batch}")
-        if self._abort is not None and self._abort():
+        if self._abort_flag is not None and self._abort_flag():
             return False
         for tok, pos, seq in items:
             cells = self.cells[seq]
@@ -84,22 +72,6 @@ class ScriptedModel:
         self._logits = [self._logits_after(seq, pos) if i in want else self._none()
                         for i, (_tok, pos, seq) in enumerate(items)]
         return True
-
-    def prefill(self, tokens: Sequence[int], start_pos: int, *, logits_last: bool = True,
-                chunk: int | None = None, seq: int = 0) -> int:
-        nb = min(chunk or self.n_batch, self.n_batch)
-        done = 0
-        while done < len(tokens):
-            if self._abort is not None and self._abort():
-                break
-            part = tokens[done:done + nb]
-            last = done + len(part) == len(tokens)
-            if not self.decode(part, start_pos + done,
-                               [len(part) - 1] if last and logits_last else [], seq):
-                self.kv_truncate(start_pos + done, seq)
-                break
-            done += len(part)
-        return done
 
     def logits(self, i: int) -> npt.NDArray[np.float32]:
         return self._logits[i]

@@ -19,11 +19,8 @@ and auto, a fixed window (``--prompt-tokens``), no time limit and no gate.
 from __future__ import annotations
 
 import argparse
-import io
 import json
-import subprocess
 import sys
-import tarfile
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -37,16 +34,15 @@ def _real_edits(n: int) -> list[dict[str, Any]]:
     """``n`` edits from this repository's history, each with its context chunks."""
     from fimls.crossfile import ContextStore
     from fimls.crossfile.workspace import Workspace
+    from fimls.tools.quality_sets import extract_tree
     from fimls.tools.tasks import Limits, from_git
 
     rows, _ = from_git(ROOT, n=n, seed=1, rev=PINNED,
                        limits=Limits(extensions=frozenset({".py"})))
     tree = Path(tempfile.mkdtemp(prefix="fimls-identity-")) / "repo"
     tree.mkdir(parents=True)
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", PINNED],
-                             capture_output=True, check=True).stdout
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(tree, filter="data")
+    if not extract_tree(ROOT, PINNED, tree):
+        raise SystemExit(f"identity.py: this checkout lacks {PINNED} (a shallow clone?)")
     out = []
     for r in rows:
         doc = tree / r["path"]

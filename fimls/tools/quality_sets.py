@@ -131,13 +131,21 @@ def checkout(spec: RepoSpec, mirrors: Path, task: Task, under: Path) -> Path:
     tmp = dest.with_name("repo.part")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    archive = subprocess.run(["git", "-C", str(mirror_of(mirrors, spec)), "archive",
-                              "--format=tar", f"{found.group(1)}^"], capture_output=True)
-    if archive.returncode == 0:  # else a first commit: nothing was there before it
-        with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-            tar.extractall(tmp, filter="data")
+    # A first commit has no parent: nothing was there before it.
+    extract_tree(mirror_of(mirrors, spec), f"{found.group(1)}^", tmp)
     tmp.rename(dest)
     return dest
+
+
+def extract_tree(repo: Path, rev: str, dest: Path) -> bool:
+    """The files of ``repo`` at ``rev`` written under ``dest``; False if ``rev`` is not there."""
+    archive = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", rev],
+                             capture_output=True)
+    if archive.returncode != 0:
+        return False
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(dest, filter="data")
+    return True
 
 
 def _task(row: dict[str, Any]) -> Task:
