@@ -34,6 +34,7 @@ ENGINE_SLOTS = ("document", "server")
 #   upper:      the string is upper-cased before it is checked against ``choices``
 #   nullable:   null (None) is allowed and resets the option
 #   kind:       "path": a string where "" means unset (None)
+#   words:      strings an integer option also takes as themselves (``auto``)
 #   passthrough: False: a bench does not pass the option to the servers it starts (it sets
 #               that option itself)
 
@@ -63,8 +64,11 @@ class ModelOptions:
     quarter of it after, as llama-server's /infill."""
     threads: int | None = _opt(None, min=1, nullable=True)
     """CPU threads for llama.cpp; None picks the number of cores (at most 8)."""
-    n_gpu_layers: int = 0
-    """Layers offloaded to the GPU (-1 or a large number: all)."""
+    n_gpu_layers: int | str = _opt("auto", min=-1, words=("auto",))
+    """Layers offloaded to the GPU: auto (all of them, the main and the draft model's,
+    when this llama.cpp build has a GPU backend and a GPU device; else none), a number
+    (0: the CPU only; -1 or a large number: all). A load that fails with layers offloaded
+    is done again on the CPU, with a warning."""
     fim_order: str = _opt("auto", choices=FIM_ORDERS)
     """FIM layout: auto (the model family's), psm or spm."""
     isolation: str = _opt("process", choices=ISOLATIONS)
@@ -228,6 +232,8 @@ def _coerce(value: Any, f: dataclasses.Field[Any], kind: type) -> Any:
         if isinstance(value, str) and value.lower() in ("true", "false"):
             return value.lower() == "true"
         raise ValueError("must be true or false")
+    if isinstance(value, str) and value in meta.get("words", ()):
+        return value
     if kind is int or kind is float:
         return _number(value, f, kind)
     if kind is str:
@@ -250,15 +256,18 @@ def limits(f: dataclasses.Field[Any]) -> str:
     """The field's value rules in words (``at least 64``, ``one of auto, off``), for --help."""
     meta = f.metadata
     lo, hi = meta.get("min"), meta.get("max")
+    rule = ""
     if lo is not None and hi is not None:
-        return f"{lo} to {hi}"
-    if lo is not None:
-        return f"at least {lo}"
-    if hi is not None:
-        return f"at most {hi}"
-    if meta.get("choices"):
-        return "one of " + ", ".join(meta["choices"])
-    return ""
+        rule = f"{lo} to {hi}"
+    elif lo is not None:
+        rule = f"at least {lo}"
+    elif hi is not None:
+        rule = f"at most {hi}"
+    elif meta.get("choices"):
+        rule = "one of " + ", ".join(meta["choices"])
+    if meta.get("words"):
+        rule = " or ".join([*meta["words"], rule] if rule else meta["words"])
+    return rule
 
 
 def _flatten(data: dict[str, Any], sections: set[str]) -> dict[str, Any]:

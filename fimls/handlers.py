@@ -93,6 +93,8 @@ def status(ls: FimlsServer, params: Any) -> dict[str, Any]:
     sched = ls.scheduler
     engine = sched.engine
     return {"state": sched.state.value, "model": sched.model_name, "error": sched.load_error,
+            "device": engine.placement.describe() if engine else None,
+            "gpuLayers": engine.placement.gpu_layers if engine else 0,
             "serverPid": os.getpid(), "workerPid": engine.pid if engine else None,
             "restarts": sched.restarts}
 

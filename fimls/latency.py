@@ -105,6 +105,9 @@ class LatencyRecord:
     confidence_mean: float | None = None
     outcome: Outcome = Outcome.EMPTY
     model: str = ""
+    # Where the model ran: CPU, or the GPU backend holding gpu_layers of its layers.
+    backend: str = ""
+    gpu_layers: int = 0
     stop: Stop = Stop.NONE
     error: str | None = None
 

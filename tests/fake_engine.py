@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fimls.engine.api import CompletionRequest, CompletionResult, EngineError, gate
+from fimls.engine.device import Placement
 from fimls.latency import LatencyRecord
 
 POLL_S = 0.002
@@ -26,6 +27,7 @@ class FakeEngine:
     text: str = "return a + b"
     delay: float = 0.0
     model_name: str = "fake.gguf"
+    placement: Placement = field(default_factory=Placement)
     warnings: list[str] = field(default_factory=list)
     on_exit: Callable[[str], None] | None = None
     typed_from_memo: bool = False  # True: the scheduler answers typing ``text`` itself

@@ -14,6 +14,7 @@ import time
 
 from fimls.config import Options, apply_dict
 from fimls.engine.api import EngineLike, ModelLoadError
+from fimls.engine.device import Placement
 from fimls.server import serve
 from tests.fake_engine import FakeEngine
 
@@ -30,6 +31,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--warning", action="append", default=[], help="a load-time warning")
     p.add_argument("--crash-engines", type=int, default=0,
                    help="the first N engines crash (on_exit) on their first request")
+    p.add_argument("--gpu", default=None, help="the engine runs on this GPU (all 29 layers)")
     p.add_argument("--options", default=None, help="server options, camelCase JSON")
     return p.parse_args(argv)
 
@@ -51,7 +53,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.load_error is not None:
             raise ModelLoadError(args.load_error)
         return FakeEngine(text=args.text, delay=args.delay, warnings=list(args.warning),
-                          crash_on_complete=made <= args.crash_engines)
+                          crash_on_complete=made <= args.crash_engines,
+                          placement=Placement("CUDA", args.gpu, 29, 29) if args.gpu
+                          else Placement())
 
     return serve(options, factory)
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from fimls.engine.device import Placement
 from fimls.engine.llama import LlamaModel, Vocab
 from tests.ggufs import write_vocab_gguf
 
@@ -45,6 +46,8 @@ class ScriptedModel:
         self._abort_flag: Callable[[], bool] | None = None
         self.decoded = 0  # tokens evaluated, all sequences
         self.decode_log = None
+        self.placement = Placement()
+        self.load_warning: str | None = None
 
     # -- what the engine calls -----------------------------------------------------------
 

@@ -38,7 +38,7 @@ def test_defaults() -> None:
     o = Options()
     assert snapshot(o) == {
         "model": None, "nCtx": 4096, "nBatch": 512, "promptTokens": 0, "threads": None,
-        "nGpuLayers": 0,
+        "nGpuLayers": "auto",
         "fimOrder": "auto", "isolation": "process", "loadTimeoutS": 300,
         "cancelGraceMs": 5000, "workerNice": 5, "engine": None, "engineProtocol": "auto",
         "engineKey": None,

@@ -27,7 +27,7 @@ DOCUMENTED = {"ts", "uri", "version", "queue_ms", "prompt_ms", "ttft_ms", "decod
 # String-valued fields: identifiers and enums, never text from the document.
 # context_sources names kinds of chunks ("definition:2"), never their text; second_line
 # says what the second reading came to ("same", "kept", "taken"), never the line.
-STRING_FIELDS = {"uri", "request_id", "draft", "outcome", "model", "stop", "error",
+STRING_FIELDS = {"uri", "request_id", "draft", "outcome", "model", "backend", "stop", "error",
                  "context_sources", "second_line"}
 
 

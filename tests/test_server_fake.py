@@ -58,6 +58,17 @@ async def test_completes_and_reports_status() -> None:
         assert (st.state, st.model, st.workerPid, st.restarts) == ("ready", "fake.gguf",
                                                                    None, 0)
         assert st.error is None and isinstance(st.serverPid, int)
+        assert (st.device, st.gpuLayers) == ("CPU", 0)
+
+
+async def test_status_names_the_gpu_the_model_runs_on() -> None:
+    async with session(command=fake("--gpu", "NVIDIA H100 80GB HBM3")) as (client, _):
+        uri = "file:///w/a.py"
+        open_doc(client, uri, "def add(a, b):\n    ")
+        assert await inline(client, uri, 1, 4) is not None
+        st = await status(client)
+        assert (st.state, st.gpuLayers) == ("ready", 29)
+        assert st.device == "CUDA: NVIDIA H100 80GB HBM3 (29 of 29 layers)"
 
 
 async def test_failed_load_after_progress_began_ends_the_progress() -> None:

@@ -1,5 +1,6 @@
-"""Command line: one module per subcommand (``serve``, ``complete``, ``bench``, ``soak``,
-``tasks``, ``models``, ``stats``), each with its parser (``register``) and its command.
+"""Command line: one module per subcommand (``serve``, ``complete``, ``doctor``,
+``bench``, ``soak``, ``tasks``, ``models``, ``stats``), each with its parser
+(``register``) and its command.
 
 Every option of the options tree is a flag of the subcommands that run a model
 (``--max-tokens``) and a camelCase key in the editor's ``initializationOptions``
@@ -12,7 +13,7 @@ import argparse
 import sys
 
 from fimls import __version__
-from fimls.cli import bench, complete, models, serve, soak, stats, tasks
+from fimls.cli import bench, complete, doctor, models, serve, soak, stats, tasks
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -21,7 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 "completion over the Language Server Protocol.")
     p.add_argument("--version", action="version", version=f"fimls {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
-    for command in (serve, complete, bench, soak, tasks, models, stats):
+    for command in (serve, complete, doctor, bench, soak, tasks, models, stats):
         command.register(sub)
     return p
 

@@ -80,7 +80,8 @@ def cmd_complete(args: argparse.Namespace) -> int:
     engine.close()
     where = f"{path}:{pos.line + 1}:{pos.character + 1}"
     named = "" if opts.model.model else ", the default"
-    print(f"--- completion at {where} ({engine.model_name}{named})")
+    print(f"--- completion at {where} ({engine.model_name}{named}, on "
+          f"{engine.placement.describe()})")
     print(result.text)
     print("--- latency record")
     print(result.record.to_json())

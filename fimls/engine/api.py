@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from fimls.config import CompletionOptions, ModelOptions
 from fimls.crossfile.chunks import ContextChunk
+from fimls.engine.device import Placement
 from fimls.latency import LatencyRecord, Outcome, Word
 
 _ids = itertools.count(1)
@@ -130,7 +131,7 @@ class EngineConfig:
     n_batch: int = ModelOptions.n_batch
     prompt_tokens: int = ModelOptions.prompt_tokens
     threads: int | None = ModelOptions.threads
-    n_gpu_layers: int = ModelOptions.n_gpu_layers
+    n_gpu_layers: int | str = ModelOptions.n_gpu_layers
     fim_order: str = ModelOptions.fim_order
     draft_model: Path | None = None
     draft_max: int = CompletionOptions.draft_max
@@ -208,6 +209,8 @@ class EngineLike(Protocol):
     """
 
     model_name: str
+    # Where the model runs (the CPU, a GPU, another server).
+    placement: Placement
     # Load-time problems the engine worked around (a refused draft model): shown to the user.
     warnings: list[str]
     # Called with a reason (from any thread) when the engine's process dies on its own;

@@ -38,6 +38,7 @@ from fimls.engine.api import CompletionRequest, CompletionResult, EngineConfig, 
 from fimls.engine.costs import CostCalibration
 from fimls.engine.cpu import extra_buffers_usable
 from fimls.engine.decode import Decoder
+from fimls.engine.device import resolve_gpu_layers
 from fimls.engine.finish import set_outcome
 from fimls.engine.idle import SUFFIX_FRESH_TOKENS, IdleWork
 from fimls.engine.kvmirror import Cancelled, KvMirror
@@ -67,10 +68,13 @@ class Engine(Decoder, SecondReading, IdleWork, Speculation, CostCalibration):
         ``cfg.model_path``."""
         self.cfg = cfg
         kernels_cache = cfg.cost_cache.with_name("cpu-kernels.json") if cfg.cost_cache else None
+        self.gpu_layers = resolve_gpu_layers(cfg.n_gpu_layers)
         self.model = model if model is not None else LlamaModel(
             cfg.model_path, n_ctx=cfg.n_ctx, n_batch=cfg.n_batch, threads=cfg.threads,
-            n_gpu_layers=cfg.n_gpu_layers,
+            n_gpu_layers=self.gpu_layers,
             extra_buffers=extra_buffers_usable(cfg.model_path, kernels_cache))
+        self.placement = self.model.placement
+        self.warnings: list[str] = [w for w in [self.model.load_warning] if w]
         self.vocab = self.model.vocab
         self.template: FimTemplate = detect_template(self.vocab, order=cfg.fim_order)
         # A FIM engine answers typing its shown suggestion from its memo (see _run); the
@@ -81,7 +85,10 @@ class Engine(Decoder, SecondReading, IdleWork, Speculation, CostCalibration):
         # Tests set a list here to see what each second reading computed. None costs nothing.
         self.second_log: list[SecondLine] | None = None
         # Sorting every token's piece once makes token healing a bisect, not a vocab scan.
-        self.vocab.tokens_consistent_with(b"x")
+        # Only continuation prompts are healed: a FIM engine sorts on the rare first need
+        # (typed text forced after a cached path) rather than delaying every (re)start.
+        if self.template.kind != "fim":
+            self.vocab.tokens_consistent_with(b"x")
         self.lookup = PromptLookupDraft(max_ngram_size=cfg.ngram_max,
                                         num_pred_tokens=cfg.draft_max)
         self.policy = DraftPolicy(max_draft=min(cfg.draft_max, self.model.n_batch // 2 - 1))
@@ -92,14 +99,13 @@ class Engine(Decoder, SecondReading, IdleWork, Speculation, CostCalibration):
                            and self.model.can_shift())
         self.sizer = PromptSizer(
             prior_rate(cfg.model_path.stat().st_size, self.model.threads,
-                       gpu=cfg.n_gpu_layers != 0),
+                       gpu=self.placement.gpu),
             fixed=cfg.prompt_tokens)
         self._unbuilt_sources: CompletionRequest | None = None
         self._buffer_tokens: dict[str, list[int]] = {}
         self.draft_model: Any = None
         if cfg.measure_costs:
             self.policy.prior = self._prior_costs()
-        self.warnings: list[str] = []
         if cfg.draft_model is not None:
             self._load_draft_model(kernels_cache)
         log.info("model %s loaded: n_vocab=%d n_ctx=%d template=%s/%s", self.model_name,
@@ -113,17 +119,24 @@ class Engine(Decoder, SecondReading, IdleWork, Speculation, CostCalibration):
 
         cfg = self.cfg
         assert cfg.draft_model is not None
+        known = self._vocab_checked()
         try:
             self.draft_model = ModelDraft(cfg.draft_model, self.vocab, self.model_name,
                                           n_ctx=cfg.n_ctx, n_batch=cfg.n_batch,
-                                          threads=cfg.threads, n_gpu_layers=cfg.n_gpu_layers,
-                                          kernels_cache=kernels_cache)
+                                          threads=cfg.threads,
+                                          # Where the main model fell back to the CPU,
+                                          # its drafter follows, without a second warning.
+                                          n_gpu_layers=self.gpu_layers if self.placement.gpu
+                                          else 0,
+                                          kernels_cache=kernels_cache, vocab_known=known)
         except ModelLoadError as exc:
             log.error("%s", exc)
             self.warnings.append(f"{exc}; continuing without a draft model")
         else:
+            if not known:
+                self._vocab_passed()
             if cfg.measure_costs:
-                self.policy.draft_step_prior = self._measure_draft_step()
+                self.policy.draft_step_prior = self._draft_step_prior()
 
     def close(self) -> None:
         """Free native resources; keep what this run learned of verify costs as the next
@@ -243,7 +256,8 @@ class Engine(Decoder, SecondReading, IdleWork, Speculation, CostCalibration):
         # not later in the record's constructor (a thread switch there skews the span).
         t_start, wall = time.monotonic(), time.time()
         rec = LatencyRecord(ts=wall, uri=req.uri, version=req.version, request_id=req.request_id,
-                            model=self.model_name,
+                            model=self.model_name, backend=self.placement.backend,
+                            gpu_layers=self.placement.gpu_layers,
                             queue_ms=(t_start - req.created) * 1000.0)
         self.model.set_abort(cancelled)
         try:

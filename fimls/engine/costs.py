@@ -1,12 +1,15 @@
 """What a verify batch of k+1 positions costs against one step, on this machine (and the
 draft model's step): measured once per model, machine and settings, and kept in a cache
-file as the next run's prior."""
+file as the next run's prior. A restarted worker reads them there rather than measuring
+again (the draft step alone costs two prompt reads), and so does the draft model's
+vocabulary check."""
 
 from __future__ import annotations
 
 import json
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,6 +21,12 @@ from fimls.engine.parts import EngineParts
 log = logging.getLogger(__name__)
 
 
+def _file_key(path: Path) -> str:
+    """A file as a cache key: a changed file is another one."""
+    st = path.stat()
+    return f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+
+
 class CostCalibration(EngineParts):
     """Verify-cost calibration (a part of :class:`fimls.engine.core.Engine`)."""
 
@@ -27,10 +36,51 @@ class CostCalibration(EngineParts):
         return (head + self.vocab.tokenize(text * 4))[:64]
 
     def _cost_key(self) -> str:
-        st = self.cfg.model_path.stat()
-        return (f"{self.cfg.model_path.resolve()}|{st.st_size}|{st.st_mtime_ns}|"
-                f"{self.cfg.threads}|{self.cfg.n_gpu_layers}|{self.cfg.n_batch}|"
+        return (f"{_file_key(self.cfg.model_path)}|"
+                f"{self.cfg.threads}|{self.placement.gpu_layers}|{self.cfg.n_batch}|"
                 f"{self.policy.max_draft}")
+
+    def _draft_key(self, what: str) -> str:
+        assert self.cfg.draft_model is not None
+        return f"{what}|{self._cost_key()}|{_file_key(self.cfg.draft_model)}"
+
+    def _cached_figure(self, key: str) -> dict[str, float] | None:
+        """A figure an earlier start cached under ``key``."""
+        entry = self._read_cost_cache().get(key)
+        if not isinstance(entry, dict):
+            return None
+        try:
+            return {str(k): float(v) for k, v in entry.items()}
+        except (TypeError, ValueError):
+            return None
+
+    def _cache_figure(self, key: str, entry: dict[str, float]) -> None:
+        path = self.cfg.cost_cache
+        if path is None:
+            return
+        table = self._read_cost_cache()
+        table[key] = {k: round(v, 4) for k, v in entry.items()}
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(table))
+        except OSError:
+            log.debug("cannot cache %s at %s", key.split("|", 1)[0], path)
+
+    def _vocab_checked(self) -> bool:
+        """Whether an earlier start found the draft model's vocabulary the main model's."""
+        return self._cached_figure(self._draft_key("vocab")) is not None
+
+    def _vocab_passed(self) -> None:
+        self._cache_figure(self._draft_key("vocab"), {"same": 1.0})
+
+    def _draft_step_prior(self) -> float:
+        """The draft model's step against the main model's: cached, else measured now."""
+        entry = self._cached_figure(self._draft_key("draft_step"))
+        if entry is not None and entry.get("ratio", 0.0) > 0.0:
+            return entry["ratio"]
+        ratio = self._measure_draft_step()
+        self._cache_figure(self._draft_key("draft_step"), {"ratio": ratio})
+        return ratio
 
     def _read_cost_cache(self) -> dict[str, Any]:
         path = self.cfg.cost_cache
@@ -56,16 +106,7 @@ class CostCalibration(EngineParts):
         return costs
 
     def _write_cost_cache(self, costs: dict[int, float]) -> None:
-        path = self.cfg.cost_cache
-        if path is None:
-            return
-        table = self._read_cost_cache()
-        table[self._cost_key()] = {str(k): round(v, 4) for k, v in sorted(costs.items())}
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(table))
-        except OSError:
-            log.debug("cannot cache verify costs at %s", path)
+        self._cache_figure(self._cost_key(), {str(k): v for k, v in sorted(costs.items())})
 
     def measure_batch_costs(self) -> dict[int, float]:
         """Time verify batches of k+1 positions against one step, on this machine.

@@ -26,8 +26,21 @@ class ModelDraft:
 
     def __init__(self, path: Path, main_vocab: Vocab, main_name: str, *, n_ctx: int,
                  n_batch: int, threads: int | None, n_gpu_layers: int,
-                 p_min: float = 0.5, kernels_cache: Path | None = None) -> None:
-        # The vocabulary is checked before any weights are loaded.
+                 p_min: float = 0.5, kernels_cache: Path | None = None,
+                 vocab_known: bool = False) -> None:
+        """``vocab_known``: an earlier start checked this pair's vocabularies."""
+        if not vocab_known:
+            self._check_vocab(path, main_vocab, main_name)
+        self.model = LlamaModel(path, n_ctx=n_ctx, n_batch=n_batch, threads=threads,
+                                n_gpu_layers=n_gpu_layers,
+                                extra_buffers=extra_buffers_usable(path, kernels_cache))
+        self.name = path.name
+        self.p_min = p_min
+        self.kv: list[int] = []
+
+    @staticmethod
+    def _check_vocab(path: Path, main_vocab: Vocab, main_name: str) -> None:
+        """Refuse a model whose vocabulary differs, before any of its weights load."""
         probe = LlamaModel(path, vocab_only=True)
         try:
             why = check_vocab_compatible(main_name, vocab_texts(main_vocab), path.name,
@@ -36,12 +49,6 @@ class ModelDraft:
             probe.close()
         if why:
             raise ModelLoadError(f"refusing draft model: {why}")
-        self.model = LlamaModel(path, n_ctx=n_ctx, n_batch=n_batch, threads=threads,
-                                n_gpu_layers=n_gpu_layers,
-                                extra_buffers=extra_buffers_usable(path, kernels_cache))
-        self.name = path.name
-        self.p_min = p_min
-        self.kv: list[int] = []
 
     def close(self) -> None:
         """Free the draft model."""

@@ -9,6 +9,7 @@ path forces ``logits_all`` (n_ctx x n_vocab floats), and its ``suffix=`` FIM is 
 from __future__ import annotations
 
 import bisect
+import collections
 import contextlib
 import ctypes
 import logging
@@ -25,12 +26,17 @@ import numpy.typing as npt
 
 from fimls.engine.api import ModelLoadError, check_gguf_file
 from fimls.engine.cpu import extra_buffers_usable
+from fimls.engine.device import Placement, placement
 
 __all__ = ["DecodeCall", "LlamaModel", "ModelLoadError", "Vocab", "check_gguf_file"]
+
+log = logging.getLogger(__name__)
 
 _backend_lock = threading.Lock()
 _backend_ready = False
 _log_callback: Any = None  # keep the ctypes callback alive for the process lifetime
+# llama.cpp's last error lines: a failed load returns only NULL, the cause is logged.
+_native_errors: collections.deque[str] = collections.deque(maxlen=4)
 
 # ggml_log_level: 1 debug, 2 info, 3 warn, 4 error, 5 continuation. Load-time info and the
 # warnings every GGUF triggers (SWA cache size, token types) are chatter for our users.
@@ -57,6 +63,8 @@ def _route_native_logs() -> None:
         lvl = _LLAMA_LEVELS.get(level, logging.DEBUG)
         if lvl >= logging.ERROR and _is_abort_noise(text):
             lvl = logging.DEBUG
+        if lvl >= logging.ERROR:
+            _native_errors.append(text.decode("utf-8", "replace").strip())
         if native.isEnabledFor(lvl):
             native.log(lvl, "%s", text.decode("utf-8", "replace").rstrip())
 
@@ -206,6 +214,26 @@ class DecodeCall:
     seqs: tuple[int, ...] = ()  # each token's sequence (0: the prompt as built)
 
 
+def _load_weights(path: Path, mp: Any, n_gpu_layers: int) -> tuple[Any, str | None]:
+    """The model loaded with ``n_gpu_layers`` offloaded; where that fails with layers
+    offloaded (too little GPU memory, a broken driver), loaded again on the CPU, with the
+    warning to show. NULL when even that fails."""
+    mp.n_gpu_layers = n_gpu_layers
+    _native_errors.clear()
+    model = L.llama_model_load_from_file(str(path).encode("utf-8"), mp)
+    if model or n_gpu_layers == 0:
+        return model, None
+    cause = _native_errors[-1] if _native_errors else "llama.cpp gave no reason"
+    mp.n_gpu_layers = 0
+    model = L.llama_model_load_from_file(str(path).encode("utf-8"), mp)
+    if not model:
+        return model, None
+    warning = (f"{path.name} could not be loaded with its layers on the GPU ({cause}); "
+               f"it runs on the CPU (set nGpuLayers to 0 to say so, or fewer layers)")
+    log.warning("%s", warning)
+    return model, warning
+
+
 class LlamaModel:
     """One loaded GGUF model and its single inference context (sequence 0)."""
 
@@ -218,15 +246,17 @@ class LlamaModel:
         check_gguf_file(path)
         self.path = path
         mp = L.llama_model_default_params()
-        mp.n_gpu_layers = n_gpu_layers
         mp.vocab_only = vocab_only
         if not vocab_only:
             mp.use_extra_bufts = (extra_buffers_usable(path) if extra_buffers is None
                                   else extra_buffers)
-        self._model = L.llama_model_load_from_file(str(path).encode("utf-8"), mp)
+        self._model, self.load_warning = _load_weights(path, mp, 0 if vocab_only
+                                                       else n_gpu_layers)
         if not self._model:
             raise ModelLoadError(f"llama.cpp could not load the model file (truncated or "
                                  f"unsupported GGUF?): {path}")
+        self.placement: Placement = (Placement() if vocab_only else
+                                     placement(mp.n_gpu_layers, L.llama_model_n_layer(self._model)))
         self.vocab = Vocab(self._model)
         self.n_vocab = self.vocab.n_tokens
         self._ctx: Any = None

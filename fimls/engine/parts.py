@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from fimls.drafting import Draft, DraftPolicy, PromptLookupDraft
     from fimls.engine.api import CompletionRequest, EngineConfig
     from fimls.engine.decode import Decoding
+    from fimls.engine.device import Placement
     from fimls.engine.kvmirror import KvMirror
     from fimls.engine.llama import LlamaModel, Vocab
     from fimls.engine.second import SecondLine
@@ -35,6 +36,7 @@ class EngineParts(Protocol):
 
     cfg: EngineConfig
     model: LlamaModel
+    placement: Placement
     vocab: Vocab
     template: FimTemplate
     cache: KvMirror

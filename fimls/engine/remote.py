@@ -35,6 +35,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from fimls.engine.api import CompletionRequest, CompletionResult, EngineError
+from fimls.engine.device import Placement
 from fimls.engine.finish import finish, record_confidence, set_outcome
 from fimls.latency import LatencyRecord, Outcome, Stop
 from fimls.memo import SuggestionMemo
@@ -129,6 +130,7 @@ class RemoteEngine:
         self.key = key
         self.warnings: list[str] = []
         self.typed_from_memo = True  # see complete: typing the shown suggestion
+        self.placement = Placement(backend="server", device=f"{self._host}:{self._port}")
         self.on_exit: Callable[[str], None] | None = None
         # Called with "unreachable" (and a reason) or "ready" when that changes.
         self.on_status: Callable[[str, str | None], None] | None = None
@@ -381,7 +383,8 @@ class RemoteEngine:
         """Stream one completion from the server, cut and trimmed as the local engine's."""
         t_start, wall = time.monotonic(), time.time()  # (as in Engine.complete)
         rec = LatencyRecord(ts=wall, uri=req.uri, version=req.version, request_id=req.request_id,
-                            model=self.model_name, queue_ms=(t_start - req.created) * 1000.0)
+                            model=self.model_name, backend=self.placement.backend,
+                            queue_ms=(t_start - req.created) * 1000.0)
         early = self._answered_here(req, rec, t_start)
         if early is not None:
             return early

@@ -43,6 +43,7 @@ from fimls.engine.api import (
     ModelLoadError,
     describe_error,
 )
+from fimls.engine.device import Placement
 from fimls.models import catalogue_name
 
 log = logging.getLogger(__name__)
@@ -108,6 +109,7 @@ class ProcessEngine:
         self.model_name = catalogue_name(cfg.model_path) or cfg.model_path.name
         self.warnings: list[str] = []
         self.typed_from_memo = False  # the worker says, once the model is loaded
+        self.placement = Placement()  # likewise
         self.on_exit: Callable[[str], None] | None = None
         self._replies: queue.Queue[tuple[Any, ...]] = queue.Queue()
         self._outbox: queue.Queue[tuple[Any, ...] | None] = queue.Queue()
@@ -145,6 +147,7 @@ class ProcessEngine:
             self.model_name = reply[1]
             self.warnings = list(reply[2])
             self.typed_from_memo = bool(reply[3])
+            self.placement = reply[4]
             log.info("engine worker pid %d serving %s", self.proc.pid, self.model_name)
             return
         self.close()
@@ -328,7 +331,8 @@ def _worker_main() -> int:
     except ModelLoadError as exc:
         _send(out, ("load_error", str(exc)))
         return 1
-    _send(out, ("ready", engine.model_name, list(engine.warnings), engine.typed_from_memo))
+    _send(out, ("ready", engine.model_name, list(engine.warnings), engine.typed_from_memo,
+                engine.placement))
 
     jobs: queue.Queue[tuple[Any, ...]] = queue.Queue()
     cancelled_ids: set[str] = set()
