@@ -141,9 +141,10 @@ async def ready_again(client: LanguageClient, old_pid: int) -> float:
 
 
 async def timed(client: LanguageClient, uri: str, line: int, col: int) -> float:
-    """Seconds one completion took (it must not be empty)."""
+    """Seconds one completion took (it must not be empty). A cold request of the 1.5B takes
+    about 7 s on 2 idle cores, and many times that beside other work."""
     t0 = time.monotonic()
-    res = await asyncio.wait_for(inline(client, uri, line, col), RESUME_LIMIT_S)
+    res = await asyncio.wait_for(inline(client, uri, line, col), 10 * RESUME_LIMIT_S)
     assert res is not None and res.items and str(res.items[0].insert_text).strip()
     return time.monotonic() - t0
 

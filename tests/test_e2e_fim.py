@@ -176,7 +176,8 @@ def test_fimls_complete_runs_the_default_model(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "fimls", "complete"], env=env,
                          capture_output=True, text=True, timeout=600, check=True).stdout
     head, _, tail = out.partition("--- latency record")
-    assert "(qwen2.5-coder-1.5b, the default)" in head
+    assert "(qwen2.5-coder-1.5b, the default, on CPU)" in head or (
+        "(qwen2.5-coder-1.5b, the default, on " in head and "layers)" in head)
     suggestion = head.split("\n", 1)[1]
     assert "if is_prime(n):" in suggestion and "result.append(n)" in suggestion, out
     record = json.loads(tail.strip().splitlines()[-1])
