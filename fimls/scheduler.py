@@ -181,7 +181,7 @@ class Scheduler:
     def _recall_locked(self, req: CompletionRequest) -> str | None:
         """The rest of the suggestion shown, when ``req`` typed its start (see fimls.memo)."""
         if (not self._memo_on() or self._state != EngineState.READY or req.prefill
-                or req.speculative == "off"):
+                or req.speculative == "off" or req.alternatives):
             return None
         return self._memo.recall(req.uri, req.prefix, req.prefix_offset, req.suffix)
 

@@ -41,12 +41,14 @@ def _events(log: Path) -> list[dict]:
     return [json.loads(x) for x in log.read_text().splitlines() if x.strip()]
 
 
-@pytest.fixture
-def nvim(tmp_path: Path):  # type: ignore[no-untyped-def]
+@contextlib.contextmanager
+def started(tmp_path: Path, setup: dict | None = None):  # type: ignore[no-untyped-def]
+    """Neovim with the plugin on sample.py; ``setup``: options merged into setup()."""
     env = {k: str(tmp_path / k.lower()) for k in
            ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME")}
     log = tmp_path / "latency.jsonl"
-    env.update(FIMLS_ROOT=str(ROOT), FIMLS_PYTHON=sys.executable, FIMLS_LOG=str(log))
+    env.update(FIMLS_ROOT=str(ROOT), FIMLS_PYTHON=sys.executable, FIMLS_LOG=str(log),
+               FIMLS_SETUP=json.dumps(setup or {}))
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     sample = tmp_path / "sample.py"
@@ -64,6 +66,12 @@ def nvim(tmp_path: Path):  # type: ignore[no-untyped-def]
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+@pytest.fixture
+def nvim(tmp_path: Path):  # type: ignore[no-untyped-def]
+    with started(tmp_path) as got:
+        yield got
 
 
 GHOST = "return vim.api.nvim_buf_get_extmarks(0, require('fimls').ns, 0, -1, {details=true})"
@@ -133,3 +141,44 @@ def test_accept_word_and_dismiss_are_logged(nvim) -> None:  # type: ignore[no-un
     nv.input("<Esc>")
     dismissed = _wait(lambda: [e for e in _events(log) if e.get("event") == "dismissed"], 10)
     assert dismissed
+
+
+def _asked(log: Path) -> int:
+    """Completion requests the server received (idle prefill is not a request)."""
+    return sum(1 for e in _events(log) if e.get("outcome")
+               and not str(e["outcome"]).startswith("prefill"))
+
+
+def _type_and_see(nv, log: Path, keys: str, *, expect: bool) -> None:  # type: ignore[no-untyped-def]
+    """Type ``keys`` on a new line; a ghost text must appear (or, for 3 s, none, and no
+    request reach the server)."""
+    before = _asked(log)
+    nv.input("<Esc>Go" + keys)
+    if expect:
+        assert _wait(lambda: _ghost(nv), 60), "no ghost text appeared"
+    else:
+        time.sleep(3.0)
+        assert _ghost(nv) is None and _asked(log) == before, _events(log)[-3:]
+
+
+def test_per_filetype_switch_toggle_and_snooze(tmp_path: Path) -> None:
+    with started(tmp_path, {"enabled": {"*": True, "python": False}}) as (nv, log):
+        assert _wait(lambda: nv.exec_lua("return vim.g.fimls_ready"), 120), "model never ready"
+        _type_and_see(nv, log, "    return", expect=False)
+        nv.command("FimlsToggle python")
+        _type_and_see(nv, log, "    return", expect=True)
+        nv.command("FimlsToggle")
+        _type_and_see(nv, log, "    return", expect=False)
+        nv.command("FimlsToggle")
+        _type_and_see(nv, log, "    return", expect=True)
+        nv.command("FimlsSnooze 5")
+        _type_and_see(nv, log, "    return", expect=False)
+
+
+def test_manual_mode_asks_only_on_the_trigger_key(tmp_path: Path) -> None:
+    with started(tmp_path, {"trigger_mode": "manual"}) as (nv, log):
+        assert _wait(lambda: nv.exec_lua("return vim.g.fimls_ready"), 120), "model never ready"
+        _type_and_see(nv, log, "    return", expect=False)
+        nv.input("<M-\\>")
+        assert _wait(lambda: _ghost(nv), 60), "the trigger key showed nothing"
+        assert _asked(log) == 1

@@ -195,3 +195,43 @@ def test_shutdown_then_exit(raw: Raw) -> None:
 def test_exit_without_shutdown(raw: Raw) -> None:
     raw.notify("exit", None)
     assert raw.proc.wait(15) == 1
+
+
+async def test_a_disabled_document_is_not_read_and_settings_can_disable_more() -> None:
+    """disabledGlobs: a .env gets no suggestion and no copy on the server; a glob added at
+    run time drops a matching open document at once."""
+    async with session(command=fake("--text", "return a + b")) as (client, _):
+        env, py = "file:///w/.env", "file:///w/a.py"
+        open_doc(client, env, "TOKEN=abc\n", language="dotenv")
+        open_doc(client, py, "def add(a, b):\n    ")
+        res = await inline(client, env, 1, 0)
+        assert res is not None and not res.items
+        state = await client.protocol.send_request_async(
+            "fimls/documentState", {"textDocument": {"uri": env}})
+        assert state is None
+        res = await inline(client, py, 1, 4)
+        assert res is not None and [i.insert_text for i in res.items] == ["return a + b"]
+        client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+            settings={"fimls": {"disabledGlobs": ["*.py"]}}))
+        await asyncio.sleep(0.2)
+        res = await inline(client, py, 1, 4)
+        assert res is not None and not res.items
+        state = await client.protocol.send_request_async(
+            "fimls/documentState", {"textDocument": {"uri": py}})
+        assert state is None
+
+
+async def test_manual_mode_answers_only_when_asked() -> None:
+    async with session(command=fake("--text", "return a + b"),
+                       init_options={"triggerMode": "manual"}) as (client, _):
+        uri = "file:///w/a.py"
+        open_doc(client, uri, "def add(a, b):\n    ")
+        res = await inline(client, uri, 1, 4)
+        assert res is not None and not res.items
+        res = await inline(client, uri, 1, 4, invoked=True)
+        assert res is not None and [i.insert_text for i in res.items] == ["return a + b"]
+        client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+            settings={"fimls": {"triggerMode": "auto"}}))
+        await asyncio.sleep(0.2)
+        res = await inline(client, uri, 1, 4)
+        assert res is not None and [i.insert_text for i in res.items] == ["return a + b"]
