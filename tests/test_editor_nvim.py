@@ -182,3 +182,32 @@ def test_manual_mode_asks_only_on_the_trigger_key(tmp_path: Path) -> None:
         nv.input("<M-\\>")
         assert _wait(lambda: _ghost(nv), 60), "the trigger key showed nothing"
         assert _asked(log) == 1
+
+
+def test_the_trigger_key_offers_alternatives_and_the_second_is_accepted(
+        tmp_path: Path) -> None:
+    """This plugin's UI (Neovim 0.11: the built-in one arrives in 0.12): the trigger key
+    asks explicitly, <M-]> shows the next item, Tab accepts it and its index is logged.
+    A FIM model: alternatives branch off a FIM prompt's line."""
+    with started(tmp_path, {"init_options": {"model": "qwen2.5-coder-0.5b"}}) as (nv, log):
+        assert _wait(lambda: nv.exec_lua("return vim.g.fimls_ready"), 120), "model never ready"
+        nv.input("Go    return")
+        first = None
+        for _ in range(20):
+            nv.input("<M-\\\\>")
+            first = _wait(lambda: _ghost(nv), 10)
+            n = nv.exec_lua("local st = require('fimls').state[vim.api.nvim_get_current_buf()]; "
+                            "return st and st.item and st.item.choices and #st.item.choices or 0")
+            if first and n >= 2:
+                break
+        assert first and n >= 2, (first, n)
+        nv.input("<M-]>")
+        second = _wait(lambda: (g := _ghost(nv)) != first and g, 10)
+        assert second and second != first
+        typed = nv.current.buffer[2]
+        nv.input("<Tab>")
+        assert _wait(lambda: nv.current.buffer[2] == typed + second.split("\n")[0], 10), \
+            (nv.current.buffer[:], second)
+        nv.input("<Esc>")
+        accepted = _wait(lambda: [e for e in _events(log) if e.get("event") == "accepted"], 10)
+        assert accepted and accepted[0].get("index") == 1, _events(log)[-4:]

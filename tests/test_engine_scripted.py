@@ -176,7 +176,9 @@ def test_alternatives_branch_from_the_cached_prompt(vocab_path: tuple[Path, obje
     # the branch), and the alternatives' own tokens are counted apart.
     assert rec.reused_tokens == rec.prompt_tokens and prompt_evaluated >= rec.prompt_tokens
     assert rec.evaluated_tokens <= 1 and rec.alternatives == 2
-    assert rec.alt_tokens == 1 + len("beta(v)") + len("c + 1")
+    # The shown line read once more (the prompt's last token and the line's), then each
+    # alternative's own tokens.
+    assert rec.alt_tokens == len("alpha(v)") + len("beta(v)") + len("c + 1")
     # The branch is gone, the cache still holds the first suggestion's path.
     assert _mirror_holds(engine, model) and model.kv_len(1) == 0
 

@@ -27,7 +27,8 @@ local defaults = {
     accept_word = '<M-Right>',
     accept_line = '<M-Down>',
     dismiss = '<C-]>',
-    trigger = '<M-\\>', -- ask now (in manual mode, the only way to ask)
+    trigger = '<M-\\>', -- ask now (in manual mode, the only way to ask): up to 3 items
+    next = '<M-]>', -- the next of those items (their first lines differ)
   },
   hl_group = 'FimlsGhost',
 }
@@ -111,7 +112,7 @@ local function accept_part(buf, part)
     if client and it.command then
       client:exec_cmd(it.command, { bufnr = buf })
     else
-      notify(buf, 'fimls/didAccept', { requestId = it.request_id })
+      notify(buf, 'fimls/didAccept', { requestId = it.request_id, index = (it.index or 1) - 1 })
     end
     clear(buf)
   else
@@ -186,18 +187,34 @@ function M.request(buf, invoked)
         or now[1] ~= cursor[1] or now[2] ~= cursor[2] or vim.fn.mode() ~= 'i' then
       return
     end
-    local text = items[1].insertText
-    if type(text) == 'table' then text = text.value end
-    if not text or text == '' then return end
-    local cmd = items[1].command
+    local choices = {}
+    for _, it in ipairs(items) do
+      local text = it.insertText
+      if type(text) == 'table' then text = text.value end
+      if text and text ~= '' then choices[#choices + 1] = { text = text, command = it.command } end
+    end
+    if not choices[1] then return end
+    local cmd = choices[1].command
     local rid = cmd and cmd.arguments and cmd.arguments[1] or tostring(ctx.request_id)
-    st.item = { text = text, row = cursor[1] - 1, col = cursor[2], request_id = rid,
-                command = cmd, accepted = 0 }
+    st.item = { text = choices[1].text, row = cursor[1] - 1, col = cursor[2], request_id = rid,
+                command = cmd, accepted = 0, choices = choices, index = 1 }
     st.expect = nil
     show(buf, st.item)
     notify(buf, 'fimls/didShowCompletion', { requestId = rid })
   end, buf)
   if ok then st.pending = id end
+  return true
+end
+
+--- Show the next of the items an explicit request got (before any of it was accepted).
+function M.next(buf)
+  buf = buf or vim.api.nvim_get_current_buf()
+  local st = M.state[buf]
+  local it = st and st.item
+  if not it or not it.choices or #it.choices < 2 or (it.accepted or 0) > 0 then return false end
+  it.index = it.index % #it.choices + 1
+  it.text, it.command = it.choices[it.index].text, it.choices[it.index].command
+  show(buf, it)
   return true
 end
 
@@ -307,6 +324,7 @@ function M.attach(buf)
   map(buf, k.accept_line, M.accept_line)
   map(buf, k.dismiss, M.dismiss)
   map(buf, k.trigger, function(b) return M.request(b, true) end)
+  map(buf, k.next, M.next)
 end
 
 --- Show `fimls stats` for the latency log in a scratch window.
