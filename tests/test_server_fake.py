@@ -235,3 +235,23 @@ async def test_manual_mode_answers_only_when_asked() -> None:
         await asyncio.sleep(0.2)
         res = await inline(client, uri, 1, 4)
         assert res is not None and [i.insert_text for i in res.items] == ["return a + b"]
+
+
+async def test_an_untitled_buffer_saved_as_a_secret_is_dropped() -> None:
+    """VS Code saves an untitled buffer as a close of it and an open of the file: once
+    the file's name matches disabledGlobs, no copy of the text is left."""
+    async with session(command=fake("--text", "return a + b")) as (client, _):
+        untitled, env = "untitled:Untitled-1", "file:///w/.env.production"
+        open_doc(client, untitled, "TOKEN=abc\n", language="plaintext")
+        state = await client.protocol.send_request_async(
+            "fimls/documentState", {"textDocument": {"uri": untitled}})
+        assert state is not None and state.length == len("TOKEN=abc\n")
+        client.text_document_did_close(types.DidCloseTextDocumentParams(
+            text_document=types.TextDocumentIdentifier(uri=untitled)))
+        open_doc(client, env, "TOKEN=abc\n", language="dotenv")
+        for uri in (untitled, env):
+            state = await client.protocol.send_request_async(
+                "fimls/documentState", {"textDocument": {"uri": uri}})
+            assert state is None
+        res = await inline(client, env, 1, 0)
+        assert res is not None and not res.items
