@@ -516,9 +516,10 @@ class FimlsServer(LanguageServer):
         uri = getattr(params, "uri", None)
         # Which of an explicit request's items (0: the first); the accept command's second
         # argument, or the notification's ``index``.
-        index = getattr(params, "index", None)
-        if index is None and isinstance(params, list | tuple) and len(params) > 1:
-            index = params[1]
+        if isinstance(params, list | tuple):
+            index = params[1] if len(params) > 1 else None
+        else:
+            index = getattr(params, "index", None)
         self.latency_log.write_event(
             event, str(rid), uri=uri if isinstance(uri, str) else None,
             accepted_length=length if isinstance(length, int) and length >= 0 else None,

@@ -255,3 +255,16 @@ async def test_an_untitled_buffer_saved_as_a_secret_is_dropped() -> None:
             assert state is None
         res = await inline(client, env, 1, 0)
         assert res is not None and not res.items
+
+
+async def test_the_accepted_item_is_logged_with_its_index(tmp_path: Path) -> None:
+    log = tmp_path / "lat.jsonl"
+    async with session(command=fake("--text", "return a + b", "--options",
+                                    f'{{"latencyLog": "{log}"}}')) as (client, _):
+        await client.workspace_execute_command_async(types.ExecuteCommandParams(
+            command="fimls.acceptCompletion", arguments=["r7", 2]))
+        client.protocol.notify("fimls/didAccept", {"requestId": "r8", "index": 1})
+        client.protocol.notify("fimls/didAccept", {"requestId": "r9"})
+        assert await until(lambda: len(read_log(log, idle=True)) >= 3)
+    events = {e["request_id"]: e.get("index") for e in read_log(log, idle=True)}
+    assert events == {"r7": 2, "r8": 1, "r9": None}
