@@ -155,7 +155,12 @@ def _type_and_see(nv, log: Path, keys: str, *, expect: bool) -> None:  # type: i
     before = _asked(log)
     nv.input("<Esc>Go" + keys)
     if expect:
-        assert _wait(lambda: _ghost(nv), 60), "no ghost text appeared"
+        # A small model may well have nothing to say once: an edit asks again.
+        for _ in range(6):
+            if _wait(lambda: _ghost(nv), 10):
+                return
+            nv.input("<BS>" + keys[-1])
+        pytest.fail(f"no ghost text appeared: {_events(log)[-3:]}")
     else:
         time.sleep(3.0)
         assert _ghost(nv) is None and _asked(log) == before, _events(log)[-3:]
@@ -168,11 +173,11 @@ def test_per_filetype_switch_toggle_and_snooze(tmp_path: Path) -> None:
         nv.command("FimlsToggle python")
         _type_and_see(nv, log, "    return", expect=True)
         nv.command("FimlsToggle")
-        _type_and_see(nv, log, "    return", expect=False)
+        _type_and_see(nv, log, "    total = a", expect=False)
         nv.command("FimlsToggle")
-        _type_and_see(nv, log, "    return", expect=True)
+        _type_and_see(nv, log, "    diff = a -", expect=True)
         nv.command("FimlsSnooze 5")
-        _type_and_see(nv, log, "    return", expect=False)
+        _type_and_see(nv, log, "    print(", expect=False)
 
 
 def test_manual_mode_asks_only_on_the_trigger_key(tmp_path: Path) -> None:
@@ -192,15 +197,16 @@ def test_the_trigger_key_offers_alternatives_and_the_second_is_accepted(
     with started(tmp_path, {"init_options": {"model": "qwen2.5-coder-0.5b"}}) as (nv, log):
         assert _wait(lambda: nv.exec_lua("return vim.g.fimls_ready"), 120), "model never ready"
         nv.input("Go    return")
-        first = None
-        for _ in range(20):
-            nv.input("<M-\\\\>")
-            first = _wait(lambda: _ghost(nv), 10)
-            n = nv.exec_lua("local st = require('fimls').state[vim.api.nvim_get_current_buf()]; "
-                            "return st and st.item and st.item.choices and #st.item.choices or 0")
-            if first and n >= 2:
+        choices = ("local st = require('fimls').state[vim.api.nvim_get_current_buf()]; "
+                   "return st and st.item and st.item.choices and #st.item.choices or 0")
+        n = 0
+        for _ in range(12):
+            nv.input("<M-\\>")
+            n = _wait(lambda: (k := nv.exec_lua(choices)) >= 2 and k, 10) or 0
+            if n >= 2:
                 break
-        assert first and n >= 2, (first, n)
+        first = _ghost(nv)
+        assert first and n >= 2, (first, n, _events(log)[-3:])
         nv.input("<M-]>")
         second = _wait(lambda: (g := _ghost(nv)) != first and g, 10)
         assert second and second != first

@@ -192,17 +192,3 @@ def test_manual_mode_shows_ghost_text_only_on_the_trigger_key(tools: Path,
     assert not seen.get("shownWhileOff")
     assert _asked_before(log, float(seen["onAt"])) == []  # type: ignore[arg-type]
     _no_ghost(seen, user)
-
-
-def test_cycling_to_the_second_alternative_and_accepting_it(tools: Path,
-                                                            tmp_path: Path) -> None:
-    # A FIM model: alternatives branch off a FIM prompt's line.
-    seen, log, user = run_vscode(tools, tmp_path, {"fimls.model": "qwen2.5-coder-0.5b"},
-                                 "alternatives")
-    _no_ghost(seen, user)
-    assert seen.get("next") and seen["next"] != seen["ghost"], seen
-    events = [json.loads(x) for x in log.read_text().splitlines() if x.strip()]
-    accepted = [e for e in events if e.get("event") == "accepted"]
-    assert accepted and accepted[-1].get("index", 0) >= 1, events[-5:]
-    recs = [e for e in events if e.get("alternatives")]
-    assert recs and all(r["alt_tokens"] > 0 for r in recs)
