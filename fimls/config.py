@@ -19,21 +19,25 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
+from fimls.disabled import DEFAULT_DISABLED_GLOBS
+
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 # Settings of the editor extensions that live in the same "fimls" section but are theirs.
-CLIENT_KEYS = frozenset({"serverCommand", "trace"})
+CLIENT_KEYS = frozenset({"serverCommand", "trace", "enable"})
 SPECULATIVE_MODES = ("auto", "off", "lookup", "model")
 FIM_ORDERS = ("auto", "psm", "spm")
 ISOLATIONS = ("process", "thread")
 ENGINE_PROTOCOLS = ("auto", "llama", "openai")
 ENGINE_SLOTS = ("document", "server")
+TRIGGER_MODES = ("auto", "manual")
 
 # What a field's metadata may say about its values (read by ``_coerce``):
 #   min / max:  inclusive bounds of an integer
 #   choices:    the allowed strings
 #   upper:      the string is upper-cased before it is checked against ``choices``
 #   nullable:   null (None) is allowed and resets the option
-#   kind:       "path": a string where "" means unset (None)
+#   kind:       "path": a string where "" means unset (None); "globs": a list of strings
+#               (on the command line, comma-separated)
 #   words:      strings an integer option also takes as themselves (``auto``)
 #   passthrough: False: a bench does not pass the option to the servers it starts (it sets
 #               that option itself)
@@ -104,6 +108,10 @@ class ModelOptions:
 class CompletionOptions:
     """How suggestions are produced."""
 
+    trigger_mode: str = _opt("auto", choices=TRIGGER_MODES)
+    """auto: suggestions while typing; manual: only when asked for (an inline completion
+    request whose trigger kind is Invoked: VS Code's Trigger Inline Suggestion, the Neovim
+    plugin's key); typing asks nothing of the model."""
     max_tokens: int = _opt(64, min=1)
     """Most tokens generated for one suggestion."""
     max_lines: int = _opt(8, min=1)
@@ -137,6 +145,13 @@ class CompletionOptions:
     """Read the workspace files the current file imports (resolved inside its workspace
     folder; never what git ignores, never a file named like a secret) for definitions at
     the front of the prompt, as other open files are. false: open files only."""
+    disabled_globs: tuple[str, ...] = _opt(DEFAULT_DISABLED_GLOBS, kind="globs")
+    """Documents fimls never reads: no suggestions in them, and none of their text in any
+    prompt, chunk, engine request or log. A glob without / matches the file name or a
+    folder name on its path, one with / the path in its workspace (** for any folders);
+    case is ignored. The default lists environment files, keys, certificates and
+    credentials (docs/options.md has it whole); a list replaces it, [] disables nothing.
+    On the command line: comma-separated."""
     second_reading: bool = True
     """FIM models, with other files' chunks in the prompt: the prompt is also read without
     them, and where that reading writes another first line, the line the prompt with the
@@ -213,6 +228,15 @@ def _number(value: Any, f: dataclasses.Field[Any], kind: type) -> Any:
     return v
 
 
+def _globs(value: Any) -> tuple[str, ...]:
+    """A list of glob strings, or one comma-separated string (the command line)."""
+    if isinstance(value, str):
+        value = value.split(",")
+    if not isinstance(value, (list, tuple)) or not all(isinstance(g, str) for g in value):
+        raise ValueError("must be a list of glob strings")
+    return tuple(g.strip() for g in value if g.strip())
+
+
 def _coerce(value: Any, f: dataclasses.Field[Any], kind: type) -> Any:
     """Convert ``value`` to the field's type under its metadata; raise ValueError if it
     cannot be."""
@@ -225,6 +249,8 @@ def _coerce(value: Any, f: dataclasses.Field[Any], kind: type) -> Any:
         if not isinstance(value, str):
             raise ValueError("must be a string path")
         return value or None
+    if meta.get("kind") == "globs":
+        return _globs(value)
     if kind is bool:
         if isinstance(value, bool):
             return value
@@ -317,6 +343,11 @@ def passes_through(key: str) -> bool:
     it starts: all but those that each bench configuration, or the bench itself, sets."""
     sec, name = leaves(Options())[key]
     return bool(_field(type(getattr(Options(), sec)), name).metadata.get("passthrough", True))
+
+
+def shown_default(value: Any) -> str:
+    """An option's default as the command line would take it (a list comma-separated)."""
+    return ",".join(value) if isinstance(value, tuple) else str(value)
 
 
 def describe() -> list[tuple[str, str, Any, str]]:

@@ -69,18 +69,24 @@ def did_change_configuration(ls: FimlsServer,
 
 async def inline_completion(ls: FimlsServer, params: types.InlineCompletionParams,
                             ) -> types.InlineCompletionList:
-    """textDocument/inlineCompletion: one item at the cursor, or none."""
-    got = await ls.complete_at(params.text_document.uri, params.position)
+    """textDocument/inlineCompletion: one item at the cursor, or none; asked for
+    explicitly (trigger kind Invoked), up to three whose first lines differ."""
+    invoked = (params.context is not None and params.context.trigger_kind
+               == types.InlineCompletionTriggerKind.Invoked)
+    if ls.options.completion.trigger_mode == "manual" and not invoked:
+        return types.InlineCompletionList(items=[])
+    got = await ls.complete_at(params.text_document.uri, params.position, invoked=invoked)
     if got is None:
         return types.InlineCompletionList(items=[])
-    text, _doc, pos, rid = got
+    texts, _doc, pos, rid = got
     at = types.Position(line=pos.line, character=pos.character)
     # Clients run the item's command when it is accepted (VS Code does): that is how
-    # the latency log learns which suggestions were taken.
-    accept = types.Command(title="fimls: suggestion accepted", command=ACCEPT_COMMAND,
-                           arguments=[rid])
+    # the latency log learns which suggestions were taken, and which of them.
     return types.InlineCompletionList(items=[types.InlineCompletionItem(
-        insert_text=text, range=types.Range(start=at, end=at), command=accept)])
+        insert_text=text, range=types.Range(start=at, end=at),
+        command=types.Command(title="fimls: suggestion accepted", command=ACCEPT_COMMAND,
+                              arguments=[rid, i]))
+        for i, text in enumerate(texts)])
 
 
 def accept_command(ls: FimlsServer, *args: Any) -> None:
@@ -129,10 +135,14 @@ async def completion(ls: FimlsServer, params: types.CompletionParams,
                      ) -> types.CompletionList:
     """textDocument/completion, for clients without inline completion: one item that
     replaces the word before the cursor (clients filter items by it)."""
+    invoked = (params.context is None or params.context.trigger_kind
+               == types.CompletionTriggerKind.Invoked)
+    if ls.options.completion.trigger_mode == "manual" and not invoked:
+        return types.CompletionList(is_incomplete=True, items=[])
     got = await ls.complete_at(params.text_document.uri, params.position)
     if got is None:
         return types.CompletionList(is_incomplete=True, items=[])
-    text, doc, pos, _rid = got
+    (text, *_), doc, pos, _rid = got
     line_start = doc.offset_at(Pos(pos.line, 0), ls.encoding)
     cursor = doc.offset_at(pos, ls.encoding)
     word = _WORD_TAIL.search(doc.text[max(line_start, cursor - 200):cursor])

@@ -94,6 +94,10 @@ class LatencyRecord:
     # (another, more likely: shown), "" (not read).
     second_tokens: int = 0
     second_line: str = ""
+    # An explicit request's alternatives (see fimls.engine.alternatives): how many, and the
+    # tokens decoded for them on a branch of the cached prompt (no prompt evaluated again).
+    alternatives: int = 0
+    alt_tokens: int = 0
     generated_tokens: int = 0
     drafted_tokens: int = 0
     accepted_tokens: int = 0
@@ -148,7 +152,7 @@ class LatencyLog:
         self._write_line(line)
 
     def write_event(self, event: str, request_id: str, *, uri: str | None = None,
-                    accepted_length: int | None = None) -> None:
+                    accepted_length: int | None = None, index: int | None = None) -> None:
         """Append what the editor did with a suggestion: shown, accepted, partial, dismissed.
 
         Joined with the request's record by ``request_id`` in :func:`summarize`.
@@ -158,6 +162,8 @@ class LatencyLog:
             rec["uri"] = uri
         if accepted_length is not None:
             rec["accepted_length"] = accepted_length
+        if index is not None:
+            rec["index"] = index
         self._write_line(json.dumps(rec, separators=(",", ":")))
 
     def _write_line(self, line: str) -> None:
@@ -260,6 +266,7 @@ def _outcomes(recs: list[dict[str, Any]], events: list[dict[str, Any]]) -> dict[
     accepted: set[str] = set()
     partial: dict[str, int] = {}
     dismissed: set[str] = set()
+    taken: Counter[int] = Counter()  # accepted, by item index
     for e in events:
         rid = str(e.get("request_id"))
         kind = e.get("event")
@@ -267,6 +274,7 @@ def _outcomes(recs: list[dict[str, Any]], events: list[dict[str, Any]]) -> dict[
             shown.add(rid)
         elif kind == "accepted":
             accepted.add(rid)
+            taken[int(_num(e.get("index")) or 0)] += 1
         elif kind == "partial":
             partial[rid] = max(partial.get(rid, 0), int(_num(e.get("accepted_length")) or 0))
         elif kind == "dismissed":
@@ -279,7 +287,8 @@ def _outcomes(recs: list[dict[str, Any]], events: list[dict[str, Any]]) -> dict[
             "dismissed": len(dismissed - accepted - set(partial)),
             "accept_rate": len(accepted) / n_shown if n_shown else 0.0,
             "any_accept_rate": len(accepted | set(partial)) / n_shown if n_shown else 0.0,
-            "shown_total_ms": {"p50": percentile(shown_ms, 50), "p95": percentile(shown_ms, 95)}}
+            "shown_total_ms": {"p50": percentile(shown_ms, 50), "p95": percentile(shown_ms, 95)},
+            "accepted_by_index": {str(k): taken[k] for k in sorted(taken)}}
 
 
 def format_summary(s: dict[str, Any]) -> str:
@@ -299,6 +308,10 @@ def format_summary(s: dict[str, Any]) -> str:
                      f"{sug['dismissed']}; accept rate {sug['accept_rate']:.1%} "
                      f"(any part: {sug['any_accept_rate']:.1%}); latency of shown p50 "
                      f"{sug['shown_total_ms']['p50']:.0f} ms")
+        by_index = sug.get("accepted_by_index") or {}
+        if set(by_index) - {"0"}:
+            lines.append("accepted by item (0: the first; others: alternatives asked for): "
+                         + ", ".join(f"{k}: {v}" for k, v in by_index.items()))
     return "\n".join(lines)
 
 

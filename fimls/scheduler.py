@@ -181,7 +181,7 @@ class Scheduler:
     def _recall_locked(self, req: CompletionRequest) -> str | None:
         """The rest of the suggestion shown, when ``req`` typed its start (see fimls.memo)."""
         if (not self._memo_on() or self._state != EngineState.READY or req.prefill
-                or req.speculative == "off"):
+                or req.speculative == "off" or req.alternatives):
             return None
         return self._memo.recall(req.uri, req.prefix, req.prefix_offset, req.suffix)
 
@@ -295,7 +295,8 @@ class Scheduler:
         # token or batch boundary; llama.cpp's abort callback polls it mid-batch too.
 
     def _finish_locked(self, job: _Job, text: str, outcome: Outcome, *,
-                       record: LatencyRecord | None = None, error: str | None = None) -> None:
+                       record: LatencyRecord | None = None, error: str | None = None,
+                       alternatives: list[str] | None = None) -> None:
         rec = record or LatencyRecord(uri=job.req.uri, version=job.req.version,
                                       request_id=job.req.request_id, model=self.model_name)
         job.finished = True
@@ -311,7 +312,8 @@ class Scheduler:
         self._by_id.pop(job.req.request_id, None)
         self.latency_log.write(rec)
         if job.answered_ms is None:
-            self._respond(job, CompletionResult(text=text, record=rec))
+            self._respond(job, CompletionResult(text=text, record=rec,
+                                                alternatives=alternatives or []))
 
     @staticmethod
     def _respond(job: _Job, result: CompletionResult) -> None:
@@ -423,9 +425,10 @@ class Scheduler:
                 else:
                     self._finish_locked(job, "", job.cancel_reason or Outcome.EMPTY)
             return
+        alternatives: list[str] = []
         try:
             result = engine.complete(job.req, cancelled)
-            text, rec = result.text, result.record
+            text, rec, alternatives = result.text, result.record, result.alternatives
             if job.idle:
                 pass  # the engine's own outcome: prefill or prefill_stopped
             elif job.cancel_reason is not None:
@@ -454,7 +457,8 @@ class Scheduler:
             else:
                 self._idle_done = None
                 self._remember_locked(job, text, rec)
-            self._finish_locked(job, text, rec.outcome, record=rec)
+            self._finish_locked(job, text, rec.outcome, record=rec,
+                                alternatives=alternatives if text else [])
 
     def shutdown(self, timeout: float = 5.0) -> None:
         """Stop the worker; pending requests are answered as cancelled."""

@@ -29,6 +29,7 @@ from fimls.config import Options, apply_dict
 from fimls.crossfile import CHARS_PER_TOKEN as CONTEXT_CHARS_PER_TOKEN
 from fimls.crossfile import NEAR_AFTER, NEAR_BEFORE, ContextChunk, ContextStore
 from fimls.crossfile.workspace import Workspace
+from fimls.disabled import DisabledGlobs
 from fimls.documents import DocumentStore, Pos, TextDocument, file_path, workspace_relative_path
 from fimls.engine.api import (
     CompletionRequest,
@@ -54,6 +55,7 @@ OPEN_PREFILL_QUIET_S = 30.0
 # A context set chosen for a cursor serves requests within this many lines of it: typing
 # never changes the prompt's front (the KV cache keeps it); a jump elsewhere chooses anew.
 CONTEXT_REGION_LINES = 40
+ALTERNATIVES = 2  # more items for an explicit (Invoked) request, each another first line
 OPEN_CONTEXT_LINES = 40  # after didOpen: identifiers of the file's first lines (its imports)
 ACCEPT_COMMAND = "fimls.acceptCompletion"
 STATUS_REQUEST = "fimls/status"
@@ -108,6 +110,8 @@ class FimlsServer(LanguageServer):
         self.encoding = "utf-16"
         self.roots: list[str] = []
         self.disk = Workspace([])  # the workspace folders on disk; set at initialize
+        self.disabled = DisabledGlobs.compile(options.completion.disabled_globs)
+        self.hidden: set[str] = set()  # open documents disabledGlobs keeps unread
         self.latency_log = LatencyLog(self._latency_path(options))
         self.scheduler = Scheduler(self.latency_log)
         self._warned: set[str] = set()
@@ -156,6 +160,11 @@ class FimlsServer(LanguageServer):
         logging.getLogger("fimls").setLevel(new.logging.log_level)
         if new.logging.latency_log != old.logging.latency_log:
             self.latency_log.set_path(self._latency_path(new))
+        if new.completion.disabled_globs != old.completion.disabled_globs:
+            self.disabled = DisabledGlobs.compile(new.completion.disabled_globs)
+            for uri in [u for u in self.docs.uris() if self.disabled.matches(u, self.roots)]:
+                self._forget(uri)
+                self.hidden.add(uri)
         if not initial and new.model != old.model:
             self.start_loading()
 
@@ -261,6 +270,11 @@ class FimlsServer(LanguageServer):
     def on_open(self, params: types.DidOpenTextDocumentParams) -> None:
         """didOpen."""
         td = params.text_document
+        if self.disabled.matches(td.uri, self.roots):
+            # Not mirrored at all: no text of it exists here to leak (see fimls.disabled).
+            self.hidden.add(td.uri)
+            log.info("not reading %s: it matches disabledGlobs", td.uri)
+            return
         self.docs.open(td.uri, td.language_id, td.version, td.text)
         _repo, rel = workspace_relative_path(td.uri, self.roots)
         self.context.open(td.uri, rel or td.uri.rsplit("/", 1)[-1], self._reader(td.uri))
@@ -276,6 +290,8 @@ class FimlsServer(LanguageServer):
     def on_change(self, params: types.DidChangeTextDocumentParams) -> None:
         """didChange: apply edits; whatever was computing for the old text is stale now."""
         uri = params.text_document.uri
+        if uri in self.hidden:
+            return
         changes: list[tuple[str, tuple[Pos, Pos] | None]] = []
         for ch in params.content_changes:
             rng = getattr(ch, "range", None)
@@ -360,6 +376,12 @@ class FimlsServer(LanguageServer):
     def on_close(self, params: types.DidCloseTextDocumentParams) -> None:
         """didClose."""
         uri = params.text_document.uri
+        self.hidden.discard(uri)
+        self._forget(uri)
+
+    def _forget(self, uri: str) -> None:
+        """Drop a document and every copy of its text: its work, its chunks in others'
+        prompts."""
         self.scheduler.cancel_uri(uri, Outcome.CANCELLED, idle=True)
         self.docs.close(uri)
         # No text of a closed buffer is kept, nor sent again.
@@ -425,7 +447,7 @@ class FimlsServer(LanguageServer):
         open_paths = {file_path(u) for u in self.docs.uris()}
         return [(f.path.as_uri(), f.rel, f.text)
                 for f in self.disk.imported_files(Path(path), doc.text)
-                if str(f.path) not in open_paths]
+                if str(f.path) not in open_paths and not self.disabled.matches_path(f.rel)]
 
     def _neighbor_texts(self, doc: TextDocument, limit: int = 3) -> list[str]:
         """Up to ``limit`` other open buffers (their first 8k characters): a draft source."""
@@ -439,15 +461,19 @@ class FimlsServer(LanguageServer):
                     break
         return out
 
-    async def complete_at(self, uri: str, position: types.Position,
-                          ) -> tuple[str, TextDocument, Pos, str] | None:
-        """Run one completion; None when there is nothing to show (or it went stale)."""
+    async def complete_at(self, uri: str, position: types.Position, *, invoked: bool = False,
+                          ) -> tuple[list[str], TextDocument, Pos, str] | None:
+        """Run one completion: the suggestions (the one an automatic request shows first;
+        ``invoked``, the user asked: up to ALTERNATIVES more, shown however unsure); None
+        when there is nothing to show (or it went stale)."""
         doc = self.docs.get(uri)
         if doc is None:
             return None
         pos = doc.position_at(doc.offset_at(Pos(position.line, position.character),
                                             self.encoding), self.encoding)
         req = self.make_request(doc, pos)
+        if invoked:
+            req = replace(req, alternatives=ALTERNATIVES, min_confidence=0.0)
         version = doc.version
         self.context.asked(uri, pos.line)
         if self._prefill_timer is not None:
@@ -469,11 +495,11 @@ class FimlsServer(LanguageServer):
             return None
         # While the user reads the suggestion, compute the one after accepting it (llama.vim
         # does the same): Tab, Tab is then instant. Any request stops it.
-        nxt = replace(req, prefix=req.prefix + result.text, prefill=Prefill.NEXT,
+        nxt = replace(req, prefix=req.prefix + result.text, prefill=Prefill.NEXT, alternatives=0,
                       request_id=f"{req.request_id}-next", created=time.monotonic())
         if self.options.completion.idle_prefill and self.scheduler.prefill(nxt):
             self._prefetch = (uri, req.prefix_offset + len(nxt.prefix), result.text)
-        return result.text, doc, pos, req.request_id
+        return [result.text, *result.alternatives], doc, pos, req.request_id
 
     def outcome(self, event: str, params: Any) -> None:
         """Log what the editor did with a suggestion (shown, accepted, partial, dismissed)."""
@@ -488,9 +514,17 @@ class FimlsServer(LanguageServer):
             return
         length = getattr(params, "acceptedLength", None)
         uri = getattr(params, "uri", None)
+        # Which of an explicit request's items (0: the first); the accept command's second
+        # argument, or the notification's ``index``.
+        if isinstance(params, list | tuple):
+            index = params[1] if len(params) > 1 else None
+        else:
+            index = getattr(params, "index", None)
         self.latency_log.write_event(
             event, str(rid), uri=uri if isinstance(uri, str) else None,
-            accepted_length=length if isinstance(length, int) and length >= 0 else None)
+            accepted_length=length if isinstance(length, int) and length >= 0 else None,
+            index=index if isinstance(index, int) and not isinstance(index, bool)
+            and index >= 0 else None)
 
 
 def build_server(options: Options, engine_factory: EngineFactory) -> FimlsServer:

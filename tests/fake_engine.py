@@ -32,6 +32,7 @@ class FakeEngine:
     on_exit: Callable[[str], None] | None = None
     typed_from_memo: bool = False  # True: the scheduler answers typing ``text`` itself
     confidence: float | None = None  # the record's; the request's minConfidence gates on it
+    alternatives: list[str] = field(default_factory=list)  # for a request that asks for them
     fake_pid: int | None = None
     # Raised by ``complete`` (after the delay) instead of answering.
     error: Exception | None = None
@@ -75,7 +76,10 @@ class FakeEngine:
         if rec.outcome != "gated":
             rec.outcome = "returned" if text else "empty"
         rec.generated_tokens = len(self.text.split())
-        return self._result(text, rec, t0)
+        res = self._result(text, rec, t0)
+        if text and req.alternatives:
+            res.alternatives = self.alternatives[:req.alternatives]
+        return res
 
     @staticmethod
     def _result(text: str, rec: LatencyRecord, t0: float) -> CompletionResult:

@@ -17,7 +17,9 @@ from fimls.config import (
     camel,
     describe,
     leaves,
+    shown_default,
 )
+from fimls.disabled import DEFAULT_DISABLED_GLOBS
 from fimls.engine import engine_config
 from fimls.engine.api import CompletionRequest, EngineConfig
 from fimls.postprocess import StopPolicy
@@ -47,7 +49,8 @@ def test_defaults() -> None:
         "speculative": "auto",
         "draftModel": None, "draftMax": 8, "ngramMax": 3, "idlePrefill": True,
         "reuseSuffix": True, "contextTokens": 512, "workspaceFiles": True,
-        "secondReading": True,
+        "secondReading": True, "triggerMode": "auto",
+        "disabledGlobs": DEFAULT_DISABLED_GLOBS,
         "minConfidence": 0.3,
         "latencyLog": None, "logLevel": "INFO",
     }
@@ -260,7 +263,8 @@ def test_help_shows_defaults_keys_and_limits() -> None:
     flat = " ".join(text.split())
     for key, flag, default, _doc in describe():
         assert flag in flat and f"initializationOptions key: {key}" in flat
-        assert f"default: {default}" in flat
+        # (help text wraps at hyphens too: compared without any whitespace)
+        assert f"default:{shown_default(default)}".replace(" ", "") in "".join(flat.split())
     for words in ("Values: at least 64.", "Values: 0 to 64.", "Values: at least 100.",
                   "Values: one of DEBUG, INFO, WARNING, ERROR."):
         assert words in flat

@@ -41,12 +41,14 @@ def _events(log: Path) -> list[dict]:
     return [json.loads(x) for x in log.read_text().splitlines() if x.strip()]
 
 
-@pytest.fixture
-def nvim(tmp_path: Path):  # type: ignore[no-untyped-def]
+@contextlib.contextmanager
+def started(tmp_path: Path, setup: dict | None = None):  # type: ignore[no-untyped-def]
+    """Neovim with the plugin on sample.py; ``setup``: options merged into setup()."""
     env = {k: str(tmp_path / k.lower()) for k in
            ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME")}
     log = tmp_path / "latency.jsonl"
-    env.update(FIMLS_ROOT=str(ROOT), FIMLS_PYTHON=sys.executable, FIMLS_LOG=str(log))
+    env.update(FIMLS_ROOT=str(ROOT), FIMLS_PYTHON=sys.executable, FIMLS_LOG=str(log),
+               FIMLS_SETUP=json.dumps(setup or {}))
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     sample = tmp_path / "sample.py"
@@ -64,6 +66,12 @@ def nvim(tmp_path: Path):  # type: ignore[no-untyped-def]
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+@pytest.fixture
+def nvim(tmp_path: Path):  # type: ignore[no-untyped-def]
+    with started(tmp_path) as got:
+        yield got
 
 
 GHOST = "return vim.api.nvim_buf_get_extmarks(0, require('fimls').ns, 0, -1, {details=true})"
@@ -133,3 +141,79 @@ def test_accept_word_and_dismiss_are_logged(nvim) -> None:  # type: ignore[no-un
     nv.input("<Esc>")
     dismissed = _wait(lambda: [e for e in _events(log) if e.get("event") == "dismissed"], 10)
     assert dismissed
+
+
+def _asked(log: Path) -> int:
+    """Completion requests the server received (idle prefill is not a request)."""
+    return sum(1 for e in _events(log) if e.get("outcome")
+               and not str(e["outcome"]).startswith("prefill"))
+
+
+def _type_and_see(nv, log: Path, keys: str, *, expect: bool) -> None:  # type: ignore[no-untyped-def]
+    """Type ``keys`` on a new line; a ghost text must appear (or, for 3 s, none, and no
+    request reach the server)."""
+    before = _asked(log)
+    nv.input("<Esc>Go" + keys)
+    if expect:
+        # A small model may well have nothing to say once: an edit asks again.
+        for _ in range(6):
+            if _wait(lambda: _ghost(nv), 10):
+                return
+            nv.input("<BS>" + keys[-1])
+        pytest.fail(f"no ghost text appeared: {_events(log)[-3:]}")
+    else:
+        time.sleep(3.0)
+        assert _ghost(nv) is None and _asked(log) == before, _events(log)[-3:]
+
+
+def test_per_filetype_switch_toggle_and_snooze(tmp_path: Path) -> None:
+    with started(tmp_path, {"enabled": {"*": True, "python": False}}) as (nv, log):
+        assert _wait(lambda: nv.exec_lua("return vim.g.fimls_ready"), 120), "model never ready"
+        _type_and_see(nv, log, "    return", expect=False)
+        nv.command("FimlsToggle python")
+        _type_and_see(nv, log, "    return", expect=True)
+        nv.command("FimlsToggle")
+        _type_and_see(nv, log, "    total = a", expect=False)
+        nv.command("FimlsToggle")
+        _type_and_see(nv, log, "    diff = a -", expect=True)
+        nv.command("FimlsSnooze 5")
+        _type_and_see(nv, log, "    print(", expect=False)
+
+
+def test_manual_mode_asks_only_on_the_trigger_key(tmp_path: Path) -> None:
+    with started(tmp_path, {"trigger_mode": "manual"}) as (nv, log):
+        assert _wait(lambda: nv.exec_lua("return vim.g.fimls_ready"), 120), "model never ready"
+        _type_and_see(nv, log, "    return", expect=False)
+        nv.input("<M-\\>")
+        assert _wait(lambda: _ghost(nv), 60), "the trigger key showed nothing"
+        assert _asked(log) == 1
+
+
+def test_the_trigger_key_offers_alternatives_and_the_second_is_accepted(
+        tmp_path: Path) -> None:
+    """This plugin's UI (Neovim 0.11: the built-in one arrives in 0.12): the trigger key
+    asks explicitly, <M-]> shows the next item, Tab accepts it and its index is logged.
+    A FIM model: alternatives branch off a FIM prompt's line."""
+    with started(tmp_path, {"init_options": {"model": "qwen2.5-coder-0.5b"}}) as (nv, log):
+        assert _wait(lambda: nv.exec_lua("return vim.g.fimls_ready"), 120), "model never ready"
+        nv.input("Go    return")
+        choices = ("local st = require('fimls').state[vim.api.nvim_get_current_buf()]; "
+                   "return st and st.item and st.item.choices and #st.item.choices or 0")
+        n = 0
+        for _ in range(12):
+            nv.input("<M-\\>")
+            n = _wait(lambda: (k := nv.exec_lua(choices)) >= 2 and k, 10) or 0
+            if n >= 2:
+                break
+        first = _ghost(nv)
+        assert first and n >= 2, (first, n, _events(log)[-3:])
+        nv.input("<M-]>")
+        second = _wait(lambda: (g := _ghost(nv)) != first and g, 10)
+        assert second and second != first
+        typed = nv.current.buffer[2]
+        nv.input("<Tab>")
+        assert _wait(lambda: nv.current.buffer[2] == typed + second.split("\n")[0], 10), \
+            (nv.current.buffer[:], second)
+        nv.input("<Esc>")
+        accepted = _wait(lambda: [e for e in _events(log) if e.get("event") == "accepted"], 10)
+        assert accepted and accepted[0].get("index") == 1, _events(log)[-4:]

@@ -67,7 +67,10 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_ghost_text_in_vscode(tools: Path, tmp_path: Path) -> None:
+def run_vscode(tools: Path, tmp_path: Path, settings: dict[str, object] | None = None,
+               scenario: str = "accept") -> tuple[dict[str, object], Path, Path]:
+    """code-server with the packaged extension on sample.py, driven through ``scenario``
+    (see tests/vscode/drive.js): what it saw, the latency log and the user-data folder."""
     env = _node_env(tools)
     work = tmp_path / "work"
     work.mkdir()
@@ -80,6 +83,7 @@ def test_ghost_text_in_vscode(tools: Path, tmp_path: Path) -> None:
         "fimls.serverCommand": [sys.executable, "-m", "fimls", "serve", "--min-confidence", "0"],
         "fimls.latencyLog": str(log),
         "fimls.maxTokens": 24,
+        **(settings or {}),
         "editor.inlineSuggest.enabled": True,
         "workbench.startupEditor": "none",
         "security.workspace.trust.enabled": False,
@@ -127,25 +131,34 @@ def test_ghost_text_in_vscode(tools: Path, tmp_path: Path) -> None:
         drv = subprocess.run(
             ["node", str(ROOT / "tests" / "vscode" / "drive.js")],
             env={**env, "CS_URL": f"http://127.0.0.1:{port}/?folder={work}",
-                 "SHOT_DIR": str(shots),
+                 "SHOT_DIR": str(shots), "SCENARIO": scenario,
                  "PLAYWRIGHT_CORE": str(tools / "cs" / "node_modules" / "playwright-core"),
                  "CHROMIUM": shutil.which("chromium") or "/usr/bin/chromium"},
             capture_output=True, text=True, timeout=600)
         assert drv.returncode == 0, drv.stdout[-3000:] + drv.stderr[-3000:]
         seen = json.loads(drv.stdout.strip().splitlines()[-1])
+        if os.environ.get("FIMLS_SCREENSHOT_DIR") and scenario == "accept":
+            dest = Path(os.environ["FIMLS_SCREENSHOT_DIR"])
+            dest.mkdir(parents=True, exist_ok=True)
+            for png in shots.glob("*.png"):
+                shutil.copy(png, dest / png.name)
     finally:
         os.killpg(cs.pid, 15)
         cs.wait(timeout=30)
-    if os.environ.get("FIMLS_SCREENSHOT_DIR"):
-        dest = Path(os.environ["FIMLS_SCREENSHOT_DIR"])
-        dest.mkdir(parents=True, exist_ok=True)
-        for png in shots.glob("*.png"):
-            shutil.copy(png, dest / png.name)
-    ghost = seen["ghost"]
-    if not ghost:
+    return seen, log, user
+
+
+def _no_ghost(seen: dict[str, object], user: Path) -> None:
+    if not seen["ghost"]:
         logs = "\n".join(p.read_text(errors="replace")[-2000:]
                          for p in user.rglob("*.log") if "fimls" in p.name.lower())
         pytest.fail(f"no ghost text: {seen}\nextension log:\n{logs}")
+
+
+def test_ghost_text_in_vscode(tools: Path, tmp_path: Path) -> None:
+    seen, log, user = run_vscode(tools, tmp_path)
+    _no_ghost(seen, user)
+    ghost = str(seen["ghost"])
     # Accepted: the line now holds what was typed plus the ghost text's first line.
     first = ghost.replace("\xa0", " ").split("\n")[0]
     assert any(line.rstrip().endswith(("return" + first).rstrip()) for line in seen["lines"]), seen
@@ -154,3 +167,28 @@ def test_ghost_text_in_vscode(tools: Path, tmp_path: Path) -> None:
     shown = {e["request_id"] for e in events if e.get("event") == "shown"}
     accepted = {e["request_id"] for e in events if e.get("event") == "accepted"}
     assert accepted and accepted <= shown, events[-5:]
+
+
+def _asked_before(log: Path, when: float) -> list[dict[str, object]]:
+    """Completion requests the server received before ``when`` (idle prefill excluded)."""
+    recs = [json.loads(x) for x in log.read_text().splitlines() if x.strip()] \
+        if log.exists() else []
+    return [r for r in recs if r.get("outcome") and not str(r["outcome"]).startswith("prefill")
+            and float(r["ts"]) < when]
+
+
+def test_a_disabled_language_asks_nothing_until_switched_on(tools: Path,
+                                                          tmp_path: Path) -> None:
+    seen, log, user = run_vscode(tools, tmp_path, {"fimls.enable": {"*": True, "python": False}},
+                                 "switches")
+    assert not seen.get("shownWhileOff")
+    assert _asked_before(log, float(seen["onAt"])) == []  # type: ignore[arg-type]
+    _no_ghost(seen, user)
+
+
+def test_manual_mode_shows_ghost_text_only_on_the_trigger_key(tools: Path,
+                                                              tmp_path: Path) -> None:
+    seen, log, user = run_vscode(tools, tmp_path, {"fimls.triggerMode": "manual"}, "manual")
+    assert not seen.get("shownWhileOff")
+    assert _asked_before(log, float(seen["onAt"])) == []  # type: ignore[arg-type]
+    _no_ghost(seen, user)

@@ -148,3 +148,51 @@ def test_every_part_the_engine_declares_is_implemented() -> None:
     for name in declared:
         owner = next(c for c in Engine.__mro__ if name in vars(c))
         assert owner is not EngineParts, f"{name} is declared but no part defines it"
+
+
+def _three_ways(seen: bytes) -> dict[bytes, float]:
+    """At the cursor "a" (0.5), "b" (0.3) or "c" (0.15); each then writes its own line."""
+    if MID.encode() not in seen:
+        return {}
+    gap = seen.split(MID.encode())[-1]
+    if gap == b"":
+        return {b"a": 0.5, b"b": 0.3, b"c": 0.15}
+    for word in ("alpha(v)", "beta(v)", "c + 1"):
+        if gap.startswith(word[:1].encode()):
+            return continuing(word, after=MID, p=0.9)(seen)
+    return {}
+
+
+def test_alternatives_branch_from_the_cached_prompt(vocab_path: tuple[Path, object]) -> None:
+    engine, model = _engine(vocab_path, _three_ways)
+    auto = engine.complete(_request(speculative="auto"), lambda: False)
+    assert auto.text == "alpha(v)" and auto.alternatives == []
+    prompt_evaluated = auto.record.evaluated_tokens
+    asked = engine.complete(_request(speculative="auto", alternatives=2, version=2),
+                            lambda: False)
+    assert [asked.text, *asked.alternatives] == ["alpha(v)", "beta(v)", "c + 1"]
+    rec = asked.record
+    # The prompt was in the cache: nothing of it read again (at most its last token, on
+    # the branch), and the alternatives' own tokens are counted apart.
+    assert rec.reused_tokens == rec.prompt_tokens and prompt_evaluated >= rec.prompt_tokens
+    assert rec.evaluated_tokens <= 1 and rec.alternatives == 2
+    # The shown line read once more (the prompt's last token and the line's), then each
+    # alternative's own tokens.
+    assert rec.alt_tokens == len("alpha(v)") + len("beta(v)") + len("c + 1")
+    # The branch is gone, the cache still holds the first suggestion's path.
+    assert _mirror_holds(engine, model) and model.kv_len(1) == 0
+
+
+def test_alternatives_with_the_same_first_line_are_skipped(
+        vocab_path: tuple[Path, object]) -> None:
+    def same(seen: bytes) -> dict[bytes, float]:
+        if MID.encode() not in seen:
+            return {}
+        gap = seen.split(MID.encode())[-1]
+        if gap == b"":
+            return {b"x": 0.6, b" ": 0.3}
+        return continuing(" x", after=MID, p=0.9)(seen) if gap.startswith(b" ") \
+            else continuing("x", after=MID, p=0.9)(seen)
+    engine, _ = _engine(vocab_path, same)
+    res = engine.complete(_request(alternatives=2), lambda: False)
+    assert res.text == "x" and res.alternatives == []

@@ -33,10 +33,11 @@ def wait_until(pred: Callable[[], bool], timeout: float = T) -> None:
         time.sleep(0.002)
 
 
-def req(uri: str = "file:///a.py", version: int = 1) -> CompletionRequest:
+def req(uri: str = "file:///a.py", version: int = 1, alternatives: int = 0,
+        ) -> CompletionRequest:
     """A small request."""
     return CompletionRequest(uri=uri, version=version, prefix="def add(a, b):\n    ",
-                             suffix="")
+                             suffix="", alternatives=alternatives)
 
 
 def records(path: Path) -> list[dict[str, object]]:
@@ -97,6 +98,13 @@ def test_a_request_is_answered(sched: Scheduler, log_path: Path) -> None:
     assert res.text == "return a + b" and res.outcome == "returned"
     assert sched.model_name == "fake.gguf" and sched.engine is engine
     assert [r["outcome"] for r in records(log_path)] == ["returned"]
+
+
+def test_alternatives_reach_the_caller(sched: Scheduler) -> None:
+    ready(sched, FakeEngine(text="return a + b", alternatives=["return b + a", "return 0"]))
+    res = result(sched.submit(req(alternatives=2)))
+    assert [res.text, *res.alternatives] == ["return a + b", "return b + a", "return 0"]
+    assert result(sched.submit(req(version=2))).alternatives == []
 
 
 def test_requests_before_ready_are_answered_empty_at_once(sched: Scheduler) -> None:

@@ -195,3 +195,76 @@ def test_shutdown_then_exit(raw: Raw) -> None:
 def test_exit_without_shutdown(raw: Raw) -> None:
     raw.notify("exit", None)
     assert raw.proc.wait(15) == 1
+
+
+async def test_a_disabled_document_is_not_read_and_settings_can_disable_more() -> None:
+    """disabledGlobs: a .env gets no suggestion and no copy on the server; a glob added at
+    run time drops a matching open document at once."""
+    async with session(command=fake("--text", "return a + b")) as (client, _):
+        env, py = "file:///w/.env", "file:///w/a.py"
+        open_doc(client, env, "TOKEN=abc\n", language="dotenv")
+        open_doc(client, py, "def add(a, b):\n    ")
+        res = await inline(client, env, 1, 0)
+        assert res is not None and not res.items
+        state = await client.protocol.send_request_async(
+            "fimls/documentState", {"textDocument": {"uri": env}})
+        assert state is None
+        res = await inline(client, py, 1, 4)
+        assert res is not None and [i.insert_text for i in res.items] == ["return a + b"]
+        client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+            settings={"fimls": {"disabledGlobs": ["*.py"]}}))
+        await asyncio.sleep(0.2)
+        res = await inline(client, py, 1, 4)
+        assert res is not None and not res.items
+        state = await client.protocol.send_request_async(
+            "fimls/documentState", {"textDocument": {"uri": py}})
+        assert state is None
+
+
+async def test_manual_mode_answers_only_when_asked() -> None:
+    async with session(command=fake("--text", "return a + b"),
+                       init_options={"triggerMode": "manual"}) as (client, _):
+        uri = "file:///w/a.py"
+        open_doc(client, uri, "def add(a, b):\n    ")
+        res = await inline(client, uri, 1, 4)
+        assert res is not None and not res.items
+        res = await inline(client, uri, 1, 4, invoked=True)
+        assert res is not None and [i.insert_text for i in res.items] == ["return a + b"]
+        client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+            settings={"fimls": {"triggerMode": "auto"}}))
+        await asyncio.sleep(0.2)
+        res = await inline(client, uri, 1, 4)
+        assert res is not None and [i.insert_text for i in res.items] == ["return a + b"]
+
+
+async def test_an_untitled_buffer_saved_as_a_secret_is_dropped() -> None:
+    """VS Code saves an untitled buffer as a close of it and an open of the file: once
+    the file's name matches disabledGlobs, no copy of the text is left."""
+    async with session(command=fake("--text", "return a + b")) as (client, _):
+        untitled, env = "untitled:Untitled-1", "file:///w/.env.production"
+        open_doc(client, untitled, "TOKEN=abc\n", language="plaintext")
+        state = await client.protocol.send_request_async(
+            "fimls/documentState", {"textDocument": {"uri": untitled}})
+        assert state is not None and state.length == len("TOKEN=abc\n")
+        client.text_document_did_close(types.DidCloseTextDocumentParams(
+            text_document=types.TextDocumentIdentifier(uri=untitled)))
+        open_doc(client, env, "TOKEN=abc\n", language="dotenv")
+        for uri in (untitled, env):
+            state = await client.protocol.send_request_async(
+                "fimls/documentState", {"textDocument": {"uri": uri}})
+            assert state is None
+        res = await inline(client, env, 1, 0)
+        assert res is not None and not res.items
+
+
+async def test_the_accepted_item_is_logged_with_its_index(tmp_path: Path) -> None:
+    log = tmp_path / "lat.jsonl"
+    async with session(command=fake("--text", "return a + b", "--options",
+                                    f'{{"latencyLog": "{log}"}}')) as (client, _):
+        await client.workspace_execute_command_async(types.ExecuteCommandParams(
+            command="fimls.acceptCompletion", arguments=["r7", 2]))
+        client.protocol.notify("fimls/didAccept", {"requestId": "r8", "index": 1})
+        client.protocol.notify("fimls/didAccept", {"requestId": "r9"})
+        assert await until(lambda: len(read_log(log, idle=True)) >= 3)
+    events = {e["request_id"]: e.get("index") for e in read_log(log, idle=True)}
+    assert events == {"r7": 2, "r8": 1, "r9": None}

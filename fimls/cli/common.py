@@ -10,14 +10,15 @@ import os
 import sys
 from typing import Any
 
-from fimls.config import Options, apply_dict, describe, passes_through
+from fimls.config import Options, apply_dict, describe, passes_through, shown_default
 
 
 def add_option_flags(p: argparse.ArgumentParser) -> None:
     """A flag for every option."""
     for key, flag, default, doc in describe():
         p.add_argument(flag, dest=f"opt_{key}", default=None, metavar="VALUE",
-                       help=f"{doc} (default: {default}; initializationOptions key: {key})")
+                       help=f"{doc} (default: {shown_default(default)}; "
+                       f"initializationOptions key: {key})")
 
 
 def options_from_args(args: argparse.Namespace) -> Options:

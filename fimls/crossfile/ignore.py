@@ -38,7 +38,7 @@ class _Rule:
     dir_only: bool
 
 
-def _translate(pattern: str) -> str:
+def translate_glob(pattern: str) -> str:
     """A gitignore glob (already stripped of ``!``, the trailing ``/`` and the anchoring
     ``/``) as a regular expression over a ``/``-separated relative path."""
     out = []
@@ -87,7 +87,7 @@ def parse_rules(text: str) -> list[_Rule]:
         if not line:
             continue
         anchored = "/" in line
-        body = _translate(line.lstrip("/"))
+        body = translate_glob(line.lstrip("/"))
         regex = re.compile(("^" if anchored else "^(?:.*/)?") + body + "$")
         rules.append(_Rule(regex, negate, dir_only))
     return rules

@@ -57,6 +57,7 @@ class CompletionRequest:
     context: list[ContextChunk] = field(default_factory=list)
     context_tokens: int = CompletionOptions.context_tokens
     second_reading: bool = CompletionOptions.second_reading  # see the option secondReading
+    alternatives: int = 0  # an explicit request: up to this many more suggestions
     # Idle work, no answer (the prefix of a NEXT request ends with the suggestion shown).
     prefill: Prefill = Prefill.NONE
     request_id: str = field(default_factory=lambda: f"r{next(_ids)}")
@@ -101,6 +102,9 @@ class CompletionResult:
 
     text: str
     record: LatencyRecord
+    # More suggestions for an explicit request (``alternatives``), each with its own first
+    # line; ``text`` stays the one an automatic request would show.
+    alternatives: list[str] = field(default_factory=list)
 
     @property
     def outcome(self) -> str:

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from fimls.drafting import DraftPolicy, PromptLookupDraft, common_prefix_len
+from fimls.engine.alternatives import Alternatives
 from fimls.engine.api import CompletionRequest, CompletionResult, EngineConfig, Prefill
 from fimls.engine.costs import CostCalibration
 from fimls.engine.cpu import extra_buffers_usable
@@ -60,7 +61,7 @@ _P = TypeVar("_P")
 MAX_PATH_REMAINDER = 32  # bytes of typed text that may be forced after the cached path
 
 
-class Engine(Decoder, SecondReading, IdleWork, Speculation, CostCalibration):
+class Engine(Decoder, Alternatives, SecondReading, IdleWork, Speculation, CostCalibration):
     """Owns one model and its context; not thread-safe (one worker thread calls it)."""
 
     def __init__(self, cfg: EngineConfig, model: LlamaModel | None = None) -> None:
@@ -255,6 +256,7 @@ class Engine(Decoder, SecondReading, IdleWork, Speculation, CostCalibration):
         # ts and model_ms span the same interval: the wall clock is read beside t_start,
         # not later in the record's constructor (a thread switch there skews the span).
         t_start, wall = time.monotonic(), time.time()
+        alternatives: list[str] = []
         rec = LatencyRecord(ts=wall, uri=req.uri, version=req.version, request_id=req.request_id,
                             model=self.model_name, backend=self.placement.backend,
                             gpu_layers=self.placement.gpu_layers,
@@ -271,7 +273,9 @@ class Engine(Decoder, SecondReading, IdleWork, Speculation, CostCalibration):
                 self._prefill_idle(req, rec, cancelled)
                 text = ""
             else:
-                text = self._run(req, rec, cancelled)  # (gated: see fimls.engine.finish)
+                text, st = self._decode(req, rec, cancelled)  # (gated: fimls.engine.finish)
+                if req.alternatives and text and st is not None:
+                    alternatives = self._alternatives(st, text)
         except Cancelled:
             rec.outcome = Outcome.CANCELLED
             text = ""
@@ -285,4 +289,4 @@ class Engine(Decoder, SecondReading, IdleWork, Speculation, CostCalibration):
                            else Outcome.PREFILL_STOPPED)
         else:
             set_outcome(rec, text)
-        return CompletionResult(text=text, record=rec)
+        return CompletionResult(text=text, record=rec, alternatives=alternatives)

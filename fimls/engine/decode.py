@@ -62,8 +62,15 @@ class Decoder(EngineParts):
     def _run(self, req: CompletionRequest, rec: LatencyRecord,
              cancelled: Callable[[], bool]) -> str:
         """The decode loop: next token (memo, draft or evaluate), constraint, emit."""
+        return self._decode(req, rec, cancelled)[0]
+
+    def _decode(self, req: CompletionRequest, rec: LatencyRecord,
+                cancelled: Callable[[], bool]) -> tuple[str, Decoding | None]:
+        """:meth:`_run`, and its decoding state (None when the memo or an empty prompt
+        answered)."""
         fim = self.template.kind == "fim"
-        if fim and req.speculative != "off":
+        # An explicit request for alternatives needs the prompt, not the memo's answer.
+        if fim and req.speculative != "off" and not req.alternatives:
             # Continuation prompts replay a typed suggestion along the KV path (see
             # _align_with_path); a FIM prompt changes before the suffix, so the text is
             # remembered instead.
@@ -71,16 +78,16 @@ class Decoder(EngineParts):
             if rest is not None:
                 rec.stop = Stop.MEMO
                 rec.ttft_ms = (time.monotonic() - req.created) * 1000.0
-                return rest
+                return rest, None
         st = self._start(req, rec, cancelled)
         if st is None:
-            return ""
+            return "", None
         rec.stop = Stop.MAX_TOKENS
         while len(st.gen) < req.max_tokens and not self._step(st):
             pass
         self._finish(st)
         return finish(st.text, st.ctx, req, rec, self.memo if fim else None,
-                      keep=req.prefill == Prefill.NEXT)
+                      keep=req.prefill == Prefill.NEXT), st
 
     def _step(self, st: Decoding) -> bool:
         """One token (or one verified draft); True when the request stops here."""

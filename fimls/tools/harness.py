@@ -166,17 +166,19 @@ def insert(client: Any, uri: str, version: int, line: int, character: int, text:
             range=types.Range(start=pos, end=pos), text=text)]))
 
 
-def inline_params(uri: str, line: int, character: int) -> types.InlineCompletionParams:
+def inline_params(uri: str, line: int, character: int, *, invoked: bool = False,
+                  ) -> types.InlineCompletionParams:
     """The params of textDocument/inlineCompletion at (line, character), as typing
-    triggers it."""
+    triggers it (``invoked``: as the user's explicit request does)."""
+    kind = (types.InlineCompletionTriggerKind.Invoked if invoked
+            else types.InlineCompletionTriggerKind.Automatic)
     return types.InlineCompletionParams(
         text_document=types.TextDocumentIdentifier(uri=uri),
         position=types.Position(line=line, character=character),
-        context=types.InlineCompletionContext(
-            trigger_kind=types.InlineCompletionTriggerKind.Automatic))
+        context=types.InlineCompletionContext(trigger_kind=kind))
 
 
-async def inline(client: Any, uri: str, line: int, character: int,
+async def inline(client: Any, uri: str, line: int, character: int, *, invoked: bool = False,
                  ) -> types.InlineCompletionList | list[types.InlineCompletionItem] | None:
     """textDocument/inlineCompletion at (line, character), as typing triggers it: the answer
     (an InlineCompletionList, a list of items, or None).
@@ -185,4 +187,4 @@ async def inline(client: Any, uri: str, line: int, character: int,
     whatever the caller sends before it yields.
     """
     return await client.text_document_inline_completion_async(
-        inline_params(uri, line, character))
+        inline_params(uri, line, character, invoked=invoked))

@@ -1,5 +1,8 @@
 // Drive code-server in headless Chromium: open sample.py, type, wait for fimls's ghost
 // text, accept it with Tab, take screenshots. Prints one JSON line with what it saw.
+// SCENARIO: accept (the above), switches (python is disabled in the settings: nothing is
+// shown until the language is switched on from the command palette), manual (nothing
+// until Alt+\\), alternatives (Alt+\\, then Alt+] to the next item, which Tab accepts).
 'use strict';
 const { chromium } = require(process.env.PLAYWRIGHT_CORE || 'playwright-core');
 const fs = require('fs');
@@ -8,6 +11,29 @@ const path = require('path');
 const URL = process.env.CS_URL;
 const OUT = process.env.SHOT_DIR;
 const TYPE = process.env.TYPE_TEXT || '    return';
+const SCENARIO = process.env.SCENARIO || 'accept';
+const QUIET_MS = 6000; // how long "nothing is shown" is watched
+
+async function command(page, title) {
+  await page.keyboard.press('F1');
+  await page.waitForSelector('.quick-input-widget input', { timeout: 10000 });
+  await page.keyboard.type(title, { delay: 20 });
+  await page.waitForTimeout(800);
+  await page.keyboard.press('Enter');
+  await page.waitForTimeout(800);
+}
+
+// Keep asking (an edit, or the trigger key) until a ghost text shows: the model loads in
+// the background, and answers are empty meanwhile.
+async function untilGhost(page, ghostText, ask) {
+  for (let i = 0; i < 240; i++) {
+    await page.waitForTimeout(250);
+    const g = await ghostText();
+    if (g) return g;
+    if (i % 8 === 7) await ask();
+  }
+  return null;
+}
 
 (async () => {
   const profile = fs.mkdtempSync(path.join(OUT, 'chrome-'));
@@ -36,19 +62,49 @@ const TYPE = process.env.TYPE_TEXT || '    return';
       const els = [...document.querySelectorAll('.ghost-text-decoration, .ghost-text-decoration-preview, .ghost-text')];
       return els.map((e) => e.textContent).join('') || null;
     });
-    // The model loads in the background (empty answers meanwhile): keep asking.
+    // Edit again (a space, then delete it): each edit asks for a new suggestion.
+    const edit = async () => {
+      await page.keyboard.press('Escape');
+      await page.keyboard.type(' ');
+      await page.keyboard.press('Backspace');
+    };
+    // The trigger: the command (from the palette: Alt+\\ does not reach the editor in
+    // headless Chromium here).
+    const trigger = async () => {
+      await command(page, 'Trigger Inline Suggestion');
+    };
     await page.keyboard.type(TYPE, { delay: 60 });
-    for (let i = 0; i < 240 && !result.ghost; i++) {
-      await page.waitForTimeout(250);
-      result.ghost = await ghostText();
-      if (!result.ghost && i % 8 === 7) {
-        // Edit again (a space, then delete it): each edit asks for a new suggestion.
-        await page.keyboard.press('Escape');
-        await page.keyboard.type(' ');
-        await page.keyboard.press('Backspace');
+    if (SCENARIO === 'switches' || SCENARIO === 'manual') {
+      // Nothing may show while typing: disabled language, or manual mode.
+      for (let i = 0; i < QUIET_MS / 1000; i++) {
+        await page.waitForTimeout(1000);
+        if (await ghostText()) result.shownWhileOff = true;
+        await edit();
+      }
+      result.onAt = Date.now() / 1000;
+      if (SCENARIO === 'switches') {
+        await command(page, 'fimls: Turn Suggestions On or Off for This Language');
+        await page.click('.editor-instance .monaco-editor .view-lines');
+        await page.keyboard.press('Control+End');
       }
     }
+    if (SCENARIO === 'manual' || SCENARIO === 'alternatives') {
+      result.ghost = await untilGhost(page, ghostText, trigger);
+    } else {
+      result.ghost = await untilGhost(page, ghostText, edit);
+    }
     await page.screenshot({ path: path.join(OUT, 'vscode-ghost.png') });
+    if (SCENARIO === 'alternatives' && result.ghost) {
+      // The next item (Alt+], from the palette): VS Code cycles through the list the
+      // explicit request got.
+      for (let i = 0; i < 20 && !result.next; i++) {
+        await command(page, 'Show Next Inline Suggestion');
+        await page.waitForTimeout(500);
+        const g = await ghostText();
+        if (g && g !== result.ghost) result.next = g;
+      }
+      await page.screenshot({ path: path.join(OUT, 'vscode-next.png') });
+    }
     if (result.ghost) {
       await page.keyboard.press('Tab');
       await page.waitForTimeout(1000);

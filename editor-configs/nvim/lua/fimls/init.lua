@@ -4,13 +4,20 @@
 --
 -- On 0.12+ the built-in vim.lsp.inline_completion can draw the ghost text
 -- (`builtin_ui = true`); on 0.11 (no built-in UI) this plugin draws it with extmarks.
+--
+-- Switches: `enabled` per filetype ('*' plus overrides), :FimlsToggle [filetype] and
+-- :FimlsSnooze [minutes]; a disabled buffer sends no request. `trigger_mode = 'manual'`
+-- asks only on `keymaps.trigger` (the server's triggerMode is set to match).
 local M = {}
 
 local defaults = {
   cmd = { 'fimls', 'serve' },
   filetypes = nil, -- nil: every buffer with a file type
   root_markers = { '.git' },
-  init_options = {}, -- fimls options, camelCase (maxTokens, model, speculative, ...)
+  init_options = {}, -- fimls options, camelCase (maxTokens, model, ...): docs/options.md
+  -- Suggestions per filetype; '*' is every filetype not named.
+  enabled = { ['*'] = true, markdown = false, text = false, gitcommit = false },
+  trigger_mode = 'auto', -- 'manual': only on keymaps.trigger
   -- nil: the built-in vim.lsp.inline_completion where it exists (0.12+), else our extmarks.
   -- The built-in UI runs the item's command on accept (logged) but reports no shown or
   -- dismissed events; set false to keep this plugin's UI on 0.12 too.
@@ -20,6 +27,8 @@ local defaults = {
     accept_word = '<M-Right>',
     accept_line = '<M-Down>',
     dismiss = '<C-]>',
+    trigger = '<M-\\>', -- ask now (in manual mode, the only way to ask): up to 3 items
+    next = '<M-]>', -- the next of those items (their first lines differ)
   },
   hl_group = 'FimlsGhost',
 }
@@ -28,6 +37,8 @@ M.config = vim.deepcopy(defaults)
 M.ns = vim.api.nvim_create_namespace('fimls_ghost')
 -- Per buffer: { item = {text, row, col, request_id, accepted}, pending = request id }
 M.state = {}
+M.on = true -- :FimlsToggle
+M.snoozed_until = 0 -- :FimlsSnooze, in os.time() seconds
 
 local function client_for(buf)
   return vim.lsp.get_clients({ bufnr = buf, name = 'fimls' })[1]
@@ -101,7 +112,7 @@ local function accept_part(buf, part)
     if client and it.command then
       client:exec_cmd(it.command, { bufnr = buf })
     else
-      notify(buf, 'fimls/didAccept', { requestId = it.request_id })
+      notify(buf, 'fimls/didAccept', { requestId = it.request_id, index = (it.index or 1) - 1 })
     end
     clear(buf)
   else
@@ -143,11 +154,18 @@ function M.accept_line(buf)
   end)
 end
 
---- Ask the server for a suggestion at the cursor (cancelling the previous request).
-function M.request(buf)
+--- Whether suggestions are on for `buf`: not toggled off, not snoozed, its filetype enabled.
+function M.enabled(buf)
+  if not M.on or os.time() < M.snoozed_until then return false end
+  return M.enabled_filetype(vim.bo[buf or vim.api.nvim_get_current_buf()].filetype)
+end
+
+--- Ask the server for a suggestion at the cursor (cancelling the previous request);
+--- `invoked`: the user asked (a key), not typing.
+function M.request(buf, invoked)
   buf = buf or vim.api.nvim_get_current_buf()
   local client = client_for(buf)
-  if not client then return end
+  if not client or not M.enabled(buf) then return false end
   local st = M.state[buf] or {}
   M.state[buf] = st
   if st.pending then
@@ -158,7 +176,7 @@ function M.request(buf)
   local cursor = vim.api.nvim_win_get_cursor(win)
   local tick = vim.api.nvim_buf_get_changedtick(buf)
   local params = vim.lsp.util.make_position_params(win, client.offset_encoding)
-  params.context = { triggerKind = 2 } -- Automatic
+  params.context = { triggerKind = invoked and 1 or 2 } -- Invoked or Automatic
   local ok, id = client:request('textDocument/inlineCompletion', params, function(err, result, ctx)
     if st.pending == ctx.request_id then st.pending = nil end
     if err or not result or not vim.api.nvim_buf_is_valid(buf) then return end
@@ -169,18 +187,85 @@ function M.request(buf)
         or now[1] ~= cursor[1] or now[2] ~= cursor[2] or vim.fn.mode() ~= 'i' then
       return
     end
-    local text = items[1].insertText
-    if type(text) == 'table' then text = text.value end
-    if not text or text == '' then return end
-    local cmd = items[1].command
+    local choices = {}
+    for _, it in ipairs(items) do
+      local text = it.insertText
+      if type(text) == 'table' then text = text.value end
+      if text and text ~= '' then choices[#choices + 1] = { text = text, command = it.command } end
+    end
+    if not choices[1] then return end
+    local cmd = choices[1].command
     local rid = cmd and cmd.arguments and cmd.arguments[1] or tostring(ctx.request_id)
-    st.item = { text = text, row = cursor[1] - 1, col = cursor[2], request_id = rid,
-                command = cmd, accepted = 0 }
+    st.item = { text = choices[1].text, row = cursor[1] - 1, col = cursor[2], request_id = rid,
+                command = cmd, accepted = 0, choices = choices, index = 1 }
     st.expect = nil
     show(buf, st.item)
     notify(buf, 'fimls/didShowCompletion', { requestId = rid })
   end, buf)
   if ok then st.pending = id end
+  return true
+end
+
+--- Show the next of the items an explicit request got (before any of it was accepted).
+function M.next(buf)
+  buf = buf or vim.api.nvim_get_current_buf()
+  local st = M.state[buf]
+  local it = st and st.item
+  if not it or not it.choices or #it.choices < 2 or (it.accepted or 0) > 0 then return false end
+  it.index = it.index % #it.choices + 1
+  it.text, it.command = it.choices[it.index].text, it.choices[it.index].command
+  show(buf, it)
+  return true
+end
+
+-- The built-in UI (0.12+) follows the switches buffer by buffer.
+local function sync_builtin()
+  if not M.builtin then return end
+  for _, c in ipairs(vim.lsp.get_clients({ name = 'fimls' })) do
+    for buf in pairs(c.attached_buffers or {}) do
+      vim.lsp.inline_completion.enable(M.enabled(buf), { bufnr = buf })
+    end
+  end
+end
+
+local function dismiss_all()
+  for buf in pairs(M.state) do
+    if vim.api.nvim_buf_is_valid(buf) then M.dismiss(buf) end
+  end
+end
+
+--- Whether `ft` is enabled by the `enabled` table.
+function M.enabled_filetype(ft)
+  local tbl = M.config.enabled or {}
+  if tbl[ft] ~= nil then return tbl[ft] and true or false end
+  return tbl['*'] ~= false
+end
+
+--- Turn suggestions off or on: everywhere, or for `filetype`.
+function M.toggle(filetype)
+  local what, on
+  if filetype and filetype ~= '' then
+    on = not M.enabled_filetype(filetype)
+    M.config.enabled[filetype] = on
+    what = filetype
+  else
+    M.on = not M.on
+    M.snoozed_until = 0
+    what, on = 'everywhere', M.on
+  end
+  dismiss_all()
+  sync_builtin()
+  vim.notify(('fimls: %s %s'):format(on and 'on' or 'off', what))
+end
+
+--- No suggestions for `minutes` (30 by default).
+function M.snooze(minutes)
+  minutes = tonumber(minutes) or 30
+  M.snoozed_until = os.time() + math.floor(minutes * 60)
+  dismiss_all()
+  sync_builtin()
+  vim.defer_fn(sync_builtin, math.floor(minutes * 60000) + 100)
+  vim.notify(('fimls: snoozed for %g minutes'):format(minutes))
 end
 
 local function map(buf, lhs, fn, fallback)
@@ -203,7 +288,7 @@ function M.attach(buf)
     local tick = vim.api.nvim_buf_get_changedtick(buf)
     if st.expect and st.expect.tick == tick then return end -- our own insertion
     if st.item then M.dismiss(buf) end
-    M.request(buf)
+    if M.config.trigger_mode ~= 'manual' then M.request(buf) end
   end })
   vim.api.nvim_create_autocmd('InsertLeave', { group = g, buffer = buf, callback = function()
     M.dismiss(buf)
@@ -238,6 +323,8 @@ function M.attach(buf)
   map(buf, k.accept_word, M.accept_word)
   map(buf, k.accept_line, M.accept_line)
   map(buf, k.dismiss, M.dismiss)
+  map(buf, k.trigger, function(b) return M.request(b, true) end)
+  map(buf, k.next, M.next)
 end
 
 --- Show `fimls stats` for the latency log in a scratch window.
@@ -258,6 +345,9 @@ end
 --- Configure and enable fimls. `opts` overrides the defaults above.
 function M.setup(opts)
   M.config = vim.tbl_deep_extend('force', vim.deepcopy(defaults), opts or {})
+  if M.config.init_options.triggerMode == nil then
+    M.config.init_options.triggerMode = M.config.trigger_mode
+  end
   vim.api.nvim_set_hl(0, 'FimlsGhost', { link = 'Comment', default = true })
   local lsp_cfg = {
     cmd = M.config.cmd,
@@ -269,13 +359,14 @@ function M.setup(opts)
   vim.lsp.config('fimls', lsp_cfg)
   vim.lsp.enable('fimls')
   local builtin = M.config.builtin_ui ~= false and vim.lsp.inline_completion ~= nil
+  M.builtin = builtin
   vim.api.nvim_create_autocmd('LspAttach', {
     group = vim.api.nvim_create_augroup('fimls_attach', { clear = true }),
     callback = function(args)
       local client = vim.lsp.get_client_by_id(args.data.client_id)
       if not client or client.name ~= 'fimls' then return end
       if builtin then
-        vim.lsp.inline_completion.enable(true, { bufnr = args.buf })
+        vim.lsp.inline_completion.enable(M.enabled(args.buf), { bufnr = args.buf })
         vim.keymap.set('i', M.config.keymaps.accept, function()
           if not vim.lsp.inline_completion.get() then return '<Tab>' end
         end, { expr = true, buffer = args.buf, desc = 'fimls: accept' })
@@ -284,6 +375,10 @@ function M.setup(opts)
       end
     end,
   })
+  vim.api.nvim_create_user_command('FimlsToggle', function(c) M.toggle(c.args) end,
+    { nargs = '?', complete = 'filetype', desc = 'fimls: suggestions off or on (everywhere, or for a filetype)' })
+  vim.api.nvim_create_user_command('FimlsSnooze', function(c) M.snooze(c.args) end,
+    { nargs = '?', desc = 'fimls: no suggestions for [minutes] (30)' })
   vim.api.nvim_create_user_command('FimlsStats', function(c)
     M.stats(c.args ~= '' and c.args or nil)
   end, { nargs = '?', complete = 'file', desc = 'fimls: latency and acceptance summary' })
