@@ -59,8 +59,9 @@ class Alternatives(EngineParts):
             seen, out = {first_line(shown)}, []
             for j, tok in self._branch_points(st, n0, line)[:ALT_TRIES]:
                 text = self._alt_line(st, n0, line[:j], tok)
-                if first_line(text) and first_line(text) not in seen:
-                    seen.add(first_line(text))
+                first = first_line(text)
+                if first and first not in seen:
+                    seen.add(first)
                     out.append(text)
                 if len(out) >= st.req.alternatives:
                     break
@@ -91,7 +92,9 @@ class Alternatives(EngineParts):
         head = 0.0  # log-probability of the shown line's tokens before position j
         for j in range(len(line)):
             logp = _log_softmax(self.model.logits(j))
-            for t in (int(x) for x in np.argsort(-logp)[:ALT_TOP + 1]):
+            # The few likeliest tokens, without sorting the whole vocabulary.
+            top = np.argpartition(-logp, ALT_TOP)[:ALT_TOP + 1]
+            for t in (int(x) for x in top[np.argsort(-logp[top])]):
                 if (t != line[j] and logp[t] >= np.log(ALT_MIN_P)
                         and t not in self.template.stop_ids and not self.vocab.is_eog(t)
                         and self._allowed(t, b"", st.ban_leading if j == 0 else b"")):

@@ -95,11 +95,11 @@ class CostCalibration(EngineParts):
     def _prior_costs(self) -> dict[int, float]:
         """The starting cost table: cached from an earlier run (measured at its start, or
         learned during it), else measured now. Real timings then refine it."""
-        entry = self._read_cost_cache().get(self._cost_key())
-        if isinstance(entry, dict):
+        entry = self._cached_figure(self._cost_key())
+        if entry is not None:
             try:
-                return {int(k): float(v) for k, v in entry.items()}
-            except (TypeError, ValueError):
+                return {int(k): v for k, v in entry.items()}
+            except ValueError:
                 pass
         costs = self.measure_batch_costs()
         self._write_cost_cache(costs)
