@@ -192,3 +192,21 @@ def test_manual_mode_shows_ghost_text_only_on_the_trigger_key(tools: Path,
     assert not seen.get("shownWhileOff")
     assert _asked_before(log, float(seen["onAt"])) == []  # type: ignore[arg-type]
     _no_ghost(seen, user)
+
+
+def test_the_trigger_key_offers_alternatives_and_the_second_is_accepted(tools: Path,
+                                                                        tmp_path: Path) -> None:
+    # Gemma (the tests' model) has no FIM tokens; the Qwen draft model does.
+    seen, log, user = run_vscode(tools, tmp_path, {"fimls.triggerMode": "manual",
+                                                   "fimls.model": "qwen2.5-coder-0.5b"},
+                                 "alternatives")
+    _no_ghost(seen, user)
+    assert seen.get("next"), f"the next item never showed: {seen}"
+    # Accepted: the second item's text is in the file, the first item's is not.
+    shown = [str(seen[k]).replace("\xa0", " ").split("\n")[0].strip() for k in ("ghost", "next")]
+    lines = [str(x).strip() for x in seen["lines"]]  # type: ignore[attr-defined]
+    assert any(x.endswith(shown[1]) for x in lines), seen
+    assert not any(x.endswith(shown[0]) for x in lines), seen
+    events = [json.loads(x) for x in log.read_text().splitlines() if x.strip()]
+    taken = [e for e in events if e.get("event") == "accepted"]
+    assert taken and taken[-1].get("index") == 1, events[-5:]
