@@ -186,6 +186,14 @@ def test_a_disabled_language_asks_nothing_until_switched_on(tools: Path,
     _no_ghost(seen, user)
 
 
+def test_the_status_bar_menu_turns_fimls_off_and_on(tools: Path, tmp_path: Path) -> None:
+    seen, log, user = run_vscode(tools, tmp_path, scenario="global")
+    assert "(off)" in str(seen.get("statusOff")), seen
+    assert not seen.get("shownWhileOff")
+    assert _asked_before(log, float(seen["onAt"])) == []  # type: ignore[arg-type]
+    _no_ghost(seen, user)
+
+
 def test_manual_mode_shows_ghost_text_only_on_the_trigger_key(tools: Path,
                                                               tmp_path: Path) -> None:
     seen, log, user = run_vscode(tools, tmp_path, {"fimls.triggerMode": "manual"}, "manual")

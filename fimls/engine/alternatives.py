@@ -57,8 +57,11 @@ class Alternatives(EngineParts):
         self.model.branch(n0 - 1, BRANCH_SEQ)
         try:
             seen, out = {first_line(shown)}, []
-            for j, tok in self._branch_points(st, n0, line)[:ALT_TRIES]:
-                text = self._alt_line(st, n0, line[:j], tok)
+            points = self._branch_points(st, n0, line)[:ALT_TRIES]
+            held = len(line) - 1  # the shown line's tokens the branch holds after the prompt
+            for j, tok in points:
+                text = self._alt_line(st, n0, line[:j], tok, held)
+                held = min(held, j)  # the alternative's own tokens replaced the rest
                 first = first_line(text)
                 if first and first not in seen:
                     seen.add(first)
@@ -103,21 +106,27 @@ class Alternatives(EngineParts):
         ranked.sort(reverse=True)
         return [(j, t) for _, j, t in ranked]
 
-    def _alt_line(self, st: Decoding, n0: int, head: list[int], first: int) -> str:
+    def _alt_line(self, st: Decoding, n0: int, head: list[int], first: int,
+                  held: int) -> str:
         """The shown line's ``head``, then ``first``, then greedy tokens to the line's end
-        (on the branch, from the prompt and ``head`` it holds)."""
-        self.model.kv_truncate(n0 + len(head), BRANCH_SEQ)
+        (on the branch, which holds the prompt and the shown line's first ``held`` tokens:
+        the part of ``head`` an earlier alternative replaced is read again)."""
+        keep = min(held, len(head))
+        self.model.kv_truncate(n0 + keep, BRANCH_SEQ)
         toks = [*head, first]
         out = bytearray(b"".join(self.vocab.text_piece(t) for t in toks))
+        todo = toks[keep:]
         while len(toks) < ALT_TOKENS and not _line_ended(out):
-            pos = n0 + len(toks) - 1
-            if st.cancelled() or not self.model.decode_at([(toks[-1], pos, BRANCH_SEQ)], [0]):
+            pos = n0 + len(toks) - len(todo)
+            batch = [(t, pos + i, BRANCH_SEQ) for i, t in enumerate(todo)]
+            if st.cancelled() or not self.model.decode_at(batch, [len(batch) - 1]):
                 raise Cancelled
-            st.rec.alt_tokens += 1
-            nxt = int(np.argmax(self.model.logits(0)))
+            st.rec.alt_tokens += len(batch)
+            nxt = int(np.argmax(self.model.logits(len(batch) - 1)))
             if nxt in self.template.stop_ids or self.vocab.is_eog(nxt):
                 break
             toks.append(nxt)
+            todo = [nxt]
             out += self.vocab.text_piece(nxt)
         raw = out.decode("utf-8", "replace")
         lead = len(raw) - len(raw.lstrip("\r\n"))

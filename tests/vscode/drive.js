@@ -1,7 +1,8 @@
 // Drive code-server in headless Chromium: open sample.py, type, wait for fimls's ghost
 // text, accept it with Tab, take screenshots. Prints one JSON line with what it saw.
 // SCENARIO: accept (the above), switches (python is disabled in the settings: nothing is
-// shown until the language is switched on from the command palette), manual (nothing
+// shown until the language is switched on from the command palette), global (fimls is
+// turned off from the status bar's menu before typing, then on again), manual (nothing
 // until the trigger), alternatives (the trigger, then Alt+] to the next item, which Tab
 // accepts). The trigger runs from the palette: Alt+\\ does not reach the editor in headless
 // Chromium here, though Alt+] does.
@@ -75,8 +76,27 @@ async function untilGhost(page, ghostText, ask) {
     const trigger = async () => {
       await command(page, 'Trigger Inline Suggestion');
     };
+    // The status bar's menu (a click on fimls's item): how the global switch is used.
+    const fromMenu = async (label) => {
+      await page.locator('.statusbar-item', { hasText: 'fimls' }).first().click();
+      await page.waitForSelector('.quick-input-widget input', { timeout: 10000 });
+      await page.keyboard.type(label, { delay: 20 });
+      await page.waitForTimeout(800);
+      await page.keyboard.press('Enter');
+      await page.waitForTimeout(800);
+      await page.click('.editor-instance .monaco-editor .view-lines');
+      await page.keyboard.press('Control+End');
+    };
+    const statusText = () => page.evaluate(() => {
+      const el = [...document.querySelectorAll('.statusbar-item')].find((e) => e.textContent.includes('fimls'));
+      return el ? el.textContent : null;
+    });
+    if (SCENARIO === 'global') {
+      await fromMenu('Turn fimls off');
+      result.statusOff = await statusText();
+    }
     await page.keyboard.type(TYPE, { delay: 60 });
-    if (SCENARIO === 'switches' || SCENARIO === 'manual') {
+    if (SCENARIO === 'switches' || SCENARIO === 'manual' || SCENARIO === 'global') {
       // Nothing may show while typing: disabled language, or manual mode.
       for (let i = 0; i < QUIET_MS / 1000; i++) {
         await page.waitForTimeout(1000);
@@ -84,6 +104,7 @@ async function untilGhost(page, ghostText, ask) {
         await edit();
       }
       result.onAt = Date.now() / 1000;
+      if (SCENARIO === 'global') await fromMenu('Turn fimls on');
       if (SCENARIO === 'switches') {
         await command(page, 'fimls: Turn Suggestions On or Off for This Language');
         await page.click('.editor-instance .monaco-editor .view-lines');
@@ -113,10 +134,7 @@ async function untilGhost(page, ghostText, ask) {
     }
     result.lines = await page.evaluate(() => [...document.querySelectorAll('.monaco-editor .view-line')]
       .map((e) => e.textContent.replace(/\u00a0/g, ' ')));
-    result.status = await page.evaluate(() => {
-      const el = [...document.querySelectorAll('.statusbar-item')].find((e) => e.textContent.includes('fimls'));
-      return el ? el.textContent : null;
-    });
+    result.status = await statusText();
     await page.screenshot({ path: path.join(OUT, 'vscode-accepted.png') });
   } finally {
     await ctx.close();
