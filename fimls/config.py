@@ -162,6 +162,11 @@ class CompletionOptions:
     is not shown (logged as ``gated``). 0.3: on the tuning set of real edits, the highest
     threshold that hides no right line (docs/measurements/confidence-gate.md). 0: show
     everything."""
+    next_edit_margin: float = _opt(2.0)
+    """Next-edit suggestions (the fimls/nextEdits request): after an edit to one line, the
+    same change is proposed where the old form still stands in the open documents, at
+    each place only if the model finds the edited line likelier than the original there
+    by this much (natural log: 2.0 is about 7 times likelier)."""
 
 
 @dataclass(kw_only=True)

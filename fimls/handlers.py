@@ -18,10 +18,12 @@ from lsprotocol import types
 from fimls.config import Options
 from fimls.crossfile.workspace import Workspace
 from fimls.documents import Pos, file_path
+from fimls.nextedit.service import Proposal
 from fimls.server import (
     ACCEPT_COMMAND,
     CURSOR_NOTIFICATION,
     DOCUMENT_STATE_REQUEST,
+    NEXT_EDITS_REQUEST,
     OUTCOME_NOTIFICATIONS,
     STATUS_REQUEST,
     EngineFactory,
@@ -123,6 +125,32 @@ def cursor(ls: FimlsServer, params: Any) -> None:
     ls.on_cursor(params)
 
 
+async def next_edits(ls: FimlsServer, params: Any) -> dict[str, Any]:
+    """fimls/nextEdits: the verified next edits of the document's pending edit, nearest
+    to ``position`` first."""
+    uri = getattr(getattr(params, "textDocument", None), "uri", None)
+    if not isinstance(uri, str) or ls.docs.get(uri) is None:
+        return {"edits": []}
+    line = getattr(getattr(params, "position", None), "line", None)
+    at = line if isinstance(line, int) else 0
+    found = await ls.next_edits_for(uri)
+    found.sort(key=lambda p: (p.uri != uri, abs(p.line - at) if p.uri == uri else p.line))
+    return {"edits": [e for p in found if (e := _edit_json(ls, p)) is not None]}
+
+
+def _edit_json(ls: FimlsServer, p: Proposal) -> dict[str, Any] | None:
+    """A proposal in the protocol's terms (positions in the negotiated encoding)."""
+    doc = ls.docs.get(p.uri)
+    if doc is None:
+        return None
+    base = doc.offset_at(Pos(p.line, 0), ls.encoding)
+    start, end = (doc.position_at(base + c, ls.encoding) for c in (p.start, p.end))
+    return {"textDocument": {"uri": p.uri},
+            "range": {"start": {"line": start.line, "character": start.character},
+                      "end": {"line": end.line, "character": end.character}},
+            "newText": p.text, "confidence": p.confidence}
+
+
 def outcome_handler(event: str) -> Callable[[FimlsServer, Any], None]:
     """The handler of one outcome notification: logs ``event`` for the request it names."""
     def on_outcome(ls: FimlsServer, params: Any) -> None:
@@ -182,6 +210,7 @@ def build_server(options: Options, engine_factory: EngineFactory) -> FimlsServer
     server.feature(STATUS_REQUEST)(status)
     server.feature(DOCUMENT_STATE_REQUEST)(document_state)
     server.feature(CURSOR_NOTIFICATION)(cursor)
+    server.feature(NEXT_EDITS_REQUEST)(next_edits)
     for method, event in OUTCOME_NOTIFICATIONS.items():
         server.feature(method)(outcome_handler(event))
     server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions())(completion)

@@ -63,6 +63,7 @@ class Outcome(Word):
     PREFILL_STOPPED = "prefill_stopped"  # idle work stopped by a request
     PREFILL_ERROR = "prefill_error"
     PREEMPTED = "preempted"  # idle work set aside for a request
+    SCORED = "scored"  # next-edit verification: middles scored, nothing generated
 
 
 @dataclass(kw_only=True)

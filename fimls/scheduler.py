@@ -181,7 +181,7 @@ class Scheduler:
     def _recall_locked(self, req: CompletionRequest) -> str | None:
         """The rest of the suggestion shown, when ``req`` typed its start (see fimls.memo)."""
         if (not self._memo_on() or self._state != EngineState.READY or req.prefill
-                or req.speculative == "off" or req.alternatives):
+                or req.speculative == "off" or req.alternatives or req.score):
             return None
         return self._memo.recall(req.uri, req.prefix, req.prefix_offset, req.suffix)
 
@@ -296,7 +296,8 @@ class Scheduler:
 
     def _finish_locked(self, job: _Job, text: str, outcome: Outcome, *,
                        record: LatencyRecord | None = None, error: str | None = None,
-                       alternatives: list[str] | None = None) -> None:
+                       alternatives: list[str] | None = None,
+                       scores: list[float] | None = None) -> None:
         rec = record or LatencyRecord(uri=job.req.uri, version=job.req.version,
                                       request_id=job.req.request_id, model=self.model_name)
         job.finished = True
@@ -313,7 +314,8 @@ class Scheduler:
         self.latency_log.write(rec)
         if job.answered_ms is None:
             self._respond(job, CompletionResult(text=text, record=rec,
-                                                alternatives=alternatives or []))
+                                                alternatives=alternatives or [],
+                                                scores=scores or []))
 
     @staticmethod
     def _respond(job: _Job, result: CompletionResult) -> None:
@@ -426,9 +428,11 @@ class Scheduler:
                     self._finish_locked(job, "", job.cancel_reason or Outcome.EMPTY)
             return
         alternatives: list[str] = []
+        scores: list[float] = []
         try:
             result = engine.complete(job.req, cancelled)
             text, rec, alternatives = result.text, result.record, result.alternatives
+            scores = result.scores
             if job.idle:
                 pass  # the engine's own outcome: prefill or prefill_stopped
             elif job.cancel_reason is not None:
@@ -458,7 +462,8 @@ class Scheduler:
                 self._idle_done = None
                 self._remember_locked(job, text, rec)
             self._finish_locked(job, text, rec.outcome, record=rec,
-                                alternatives=alternatives if text else [])
+                                alternatives=alternatives if text else [],
+                                scores=scores if rec.outcome == Outcome.SCORED else [])
 
     def shutdown(self, timeout: float = 5.0) -> None:
         """Stop the worker; pending requests are answered as cancelled."""

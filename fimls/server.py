@@ -15,7 +15,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,8 @@ from fimls.engine.api import (
 )
 from fimls.latency import LatencyLog, Outcome
 from fimls.models import default_latency_log
+from fimls.nextedit.service import NextEdits, Proposal, scoring_request
+from fimls.nextedit.targets import Target
 from fimls.protocol import StrictProtocol, valid_id
 from fimls.scheduler import Scheduler
 
@@ -61,6 +63,7 @@ ACCEPT_COMMAND = "fimls.acceptCompletion"
 STATUS_REQUEST = "fimls/status"
 DOCUMENT_STATE_REQUEST = "fimls/documentState"
 CURSOR_NOTIFICATION = "fimls/cursor"
+NEXT_EDITS_REQUEST = "fimls/nextEdits"
 """Where the cursor rests ({textDocument: {uri}, position}), from fimls's own editor
 plugins: the idle prefill then evaluates the prompt there before it is asked for."""
 # What editors report about a suggestion, and the event it becomes in the latency log.
@@ -112,6 +115,7 @@ class FimlsServer(LanguageServer):
         self.disk = Workspace([])  # the workspace folders on disk; set at initialize
         self.disabled = DisabledGlobs.compile(options.completion.disabled_globs)
         self.hidden: set[str] = set()  # open documents disabledGlobs keeps unread
+        self.next_edits = NextEdits(options.completion.next_edit_margin)
         self.latency_log = LatencyLog(self._latency_path(options))
         self.scheduler = Scheduler(self.latency_log)
         self._warned: set[str] = set()
@@ -157,6 +161,7 @@ class FimlsServer(LanguageServer):
             self.warn_once(w)
         old = self.options
         self.options = new
+        self.next_edits.margin = new.completion.next_edit_margin
         logging.getLogger("fimls").setLevel(new.logging.log_level)
         if new.logging.latency_log != old.logging.latency_log:
             self.latency_log.set_path(self._latency_path(new))
@@ -276,6 +281,7 @@ class FimlsServer(LanguageServer):
             log.info("not reading %s: it matches disabledGlobs", td.uri)
             return
         self.docs.open(td.uri, td.language_id, td.version, td.text)
+        self.next_edits.tracker.opened(td.uri, td.text)
         _repo, rel = workspace_relative_path(td.uri, self.roots)
         self.context.open(td.uri, rel or td.uri.rsplit("/", 1)[-1], self._reader(td.uri))
         self._plan_prefill(td.uri, None)
@@ -303,6 +309,8 @@ class FimlsServer(LanguageServer):
         doc = self.docs.change(uri, params.text_document.version, changes, self.encoding)
         if doc is None:
             log.debug("didChange for a document that is not open: %s", uri)
+        else:
+            self.next_edits.tracker.changed(uri, doc.text)
         self.scheduler.cancel_uri(uri, Outcome.SUPERSEDED)
         last = changes[-1][1] if changes else None
         self.context.changed(uri, last[0].line if last is not None else None)
@@ -384,12 +392,35 @@ class FimlsServer(LanguageServer):
         prompts."""
         self.scheduler.cancel_uri(uri, Outcome.CANCELLED, idle=True)
         self.docs.close(uri)
+        self.next_edits.tracker.closed(uri)
         # No text of a closed buffer is kept, nor sent again.
         self.context.close(uri)
         self._context_sets.pop(uri, None)
         for u, (line, chunks) in list(self._context_sets.items()):
             if any(c.uri == uri for c in chunks):
                 self._context_sets[u] = (line, [c for c in chunks if c.uri != uri])
+
+    # -- next edits ------------------------------------------------------------------------
+
+    async def next_edits_for(self, uri: str) -> list[Proposal]:
+        """The verified next edits of ``uri``'s pending edit (fimls/nextEdits)."""
+        lines = {u: d.text.split("\n") for u in self.docs.uris()
+                 if (d := self.docs.get(u)) is not None}
+        return await self.next_edits.propose(uri, lines, self._score_target)
+
+    async def _score_target(self, t: Target, lines: Sequence[str]) -> float | None:
+        """The model's margin for ``t`` in its document as ``lines``: the edited line's
+        log-probability there minus the original's; None when the engine cannot score."""
+        doc = self.docs.get(t.uri)
+        if doc is None:
+            return None
+        repo, rel = workspace_relative_path(doc.uri, self.roots)
+        req = scoring_request(t, lines, self.options.completion, version=doc.version,
+                              repo_name=repo, rel_path=rel, max_chars=self._text_cap())
+        result: CompletionResult = await asyncio.wrap_future(self.scheduler.submit(req))
+        if len(result.scores) != 2:
+            return None
+        return result.scores[1] - result.scores[0]
 
     # -- completion ------------------------------------------------------------------------
 

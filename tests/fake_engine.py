@@ -33,6 +33,9 @@ class FakeEngine:
     typed_from_memo: bool = False  # True: the scheduler answers typing ``text`` itself
     confidence: float | None = None  # the record's; the request's minConfidence gates on it
     alternatives: list[str] = field(default_factory=list)  # for a request that asks for them
+    # Scoring (next-edit verification): the second middle scores 5 above the first, or 5
+    # below where the middle's line (the prefix's line count) is one of these.
+    reject_lines: set[int] = field(default_factory=set)
     fake_pid: int | None = None
     # Raised by ``complete`` (after the delay) instead of answering.
     error: Exception | None = None
@@ -66,6 +69,12 @@ class FakeEngine:
         if req.prefill:
             rec.outcome = "prefill"
             return self._result("", rec, t0)
+        if req.score:
+            rec.outcome = "scored"
+            res = self._result("", rec, t0)
+            margin = -5.0 if req.prefix.count("\n") in self.reject_lines else 5.0
+            res.scores = [0.0, margin][:len(req.score)]
+            return res
         if self.crash_on_complete:
             self.crash("killed by signal 9 (SIGKILL)")
             raise EngineError("engine worker killed by signal 9 (SIGKILL)")

@@ -32,6 +32,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--crash-engines", type=int, default=0,
                    help="the first N engines crash (on_exit) on their first request")
     p.add_argument("--gpu", default=None, help="the engine runs on this GPU (all 29 layers)")
+    p.add_argument("--reject-line", type=int, action="append", default=[],
+                   help="scoring prefers the original line at this line (0-based)")
     p.add_argument("--options", default=None, help="server options, camelCase JSON")
     return p.parse_args(argv)
 
@@ -54,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ModelLoadError(args.load_error)
         return FakeEngine(text=args.text, delay=args.delay, warnings=list(args.warning),
                           crash_on_complete=made <= args.crash_engines,
+                          reject_lines=set(args.reject_line),
                           placement=Placement("CUDA", args.gpu, 29, 29) if args.gpu
                           else Placement())
 

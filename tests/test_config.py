@@ -51,7 +51,7 @@ def test_defaults() -> None:
         "reuseSuffix": True, "contextTokens": 512, "workspaceFiles": True,
         "secondReading": True, "triggerMode": "auto",
         "disabledGlobs": DEFAULT_DISABLED_GLOBS,
-        "minConfidence": 0.3,
+        "minConfidence": 0.3, "nextEditMargin": 2.0,
         "latencyLog": None, "logLevel": "INFO",
     }
 

@@ -196,3 +196,48 @@ def test_alternatives_with_the_same_first_line_are_skipped(
     engine, _ = _engine(vocab_path, same)
     res = engine.complete(_request(alternatives=2), lambda: False)
     assert res.text == "x" and res.alternatives == []
+
+
+def _short_then_deep(seen: bytes) -> dict[bytes, float]:
+    """At the cursor "a" (0.6) or "b" (0.25, a line of one token); after "alp", "h" (0.8)
+    or "s" (0.15)."""
+    if MID.encode() not in seen:
+        return {}
+    gap = seen.split(MID.encode())[-1]
+    if gap == b"":
+        return {b"a": 0.6, b"b": 0.25}
+    if gap == b"alp":
+        return {b"h": 0.8, b"s": 0.15}
+    for word in ("alps(v)", "alpha(v)", "b"):
+        if gap.startswith(word[:len(gap)].encode()) and len(gap) <= len(word):
+            return continuing(word, after=MID, p=0.9)(seen)
+    return {}
+
+
+def test_a_deeper_branch_after_a_short_one_reads_the_shown_line_again(
+        vocab_path: tuple[Path, object]) -> None:
+    # The short branch overwrote the branch's cells after the cursor: the deeper one must
+    # not decode after a gap (the scripted model raises, as llama.cpp does).
+    engine, model = _engine(vocab_path, _short_then_deep)
+    res = engine.complete(_request(alternatives=2), lambda: False)
+    assert [res.text, *res.alternatives] == ["alpha(v)", "b", "alps(v)"]
+    assert _mirror_holds(engine, model) and model.kv_len(1) == 0
+
+
+def test_scoring_reads_each_middle_after_the_cached_prompt(
+        vocab_path: tuple[Path, object]) -> None:
+    # The script writes "result + v" (each byte at 0.9): that middle scores far above a
+    # middle the script never writes, and the prompt is read once for both.
+    engine, model = _engine(vocab_path, continuing("result + v", after=MID))
+    res = engine.complete(_request(score=["result + v", "total - w"]), lambda: False)
+    good, bad = res.scores
+    assert res.text == "" and res.record.outcome == "scored"
+    assert good > bad + 10 and good > len("result + v") * -1.0
+    # Each middle is one batch: the prompt's last token again, then the middle's but last.
+    assert res.record.alt_tokens == sum(len(engine.vocab.tokenize(m))
+                                        for m in ("result + v", "total - w"))
+    # Asked again, the prompt is in the cache: nothing of it is read again.
+    again = engine.complete(_request(score=["result + v"], version=2), lambda: False)
+    assert again.scores == pytest.approx([good], abs=1e-4)
+    assert again.record.reused_tokens == again.record.prompt_tokens
+    assert _mirror_holds(engine, model) and model.kv_len(1) == 0

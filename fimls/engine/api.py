@@ -58,6 +58,10 @@ class CompletionRequest:
     context_tokens: int = CompletionOptions.context_tokens
     second_reading: bool = CompletionOptions.second_reading  # see the option secondReading
     alternatives: int = 0  # an explicit request: up to this many more suggestions
+    # Middles to score at the cursor instead of generating (next-edit verification), and
+    # the most prompt tokens for them (0: the sizer's window).
+    score: list[str] = field(default_factory=list)
+    window: int = 0
     # Idle work, no answer (the prefix of a NEXT request ends with the suggestion shown).
     prefill: Prefill = Prefill.NONE
     request_id: str = field(default_factory=lambda: f"r{next(_ids)}")
@@ -105,6 +109,7 @@ class CompletionResult:
     # More suggestions for an explicit request (``alternatives``), each with its own first
     # line; ``text`` stays the one an automatic request would show.
     alternatives: list[str] = field(default_factory=list)
+    scores: list[float] = field(default_factory=list)  # of ``score``'s middles, in order
 
     @property
     def outcome(self) -> str:

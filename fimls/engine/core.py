@@ -44,6 +44,7 @@ from fimls.engine.finish import set_outcome
 from fimls.engine.idle import SUFFIX_FRESH_TOKENS, IdleWork
 from fimls.engine.kvmirror import Cancelled, KvMirror
 from fimls.engine.llama import LlamaModel, ModelLoadError
+from fimls.engine.scoring import Scoring
 from fimls.engine.second import SecondLine, SecondReading
 from fimls.engine.speculation import Speculation
 from fimls.latency import LatencyRecord, Outcome
@@ -61,7 +62,8 @@ _P = TypeVar("_P")
 MAX_PATH_REMAINDER = 32  # bytes of typed text that may be forced after the cached path
 
 
-class Engine(Decoder, Alternatives, SecondReading, IdleWork, Speculation, CostCalibration):
+class Engine(Decoder, Alternatives, Scoring, SecondReading, IdleWork, Speculation,
+             CostCalibration):
     """Owns one model and its context; not thread-safe (one worker thread calls it)."""
 
     def __init__(self, cfg: EngineConfig, model: LlamaModel | None = None) -> None:
@@ -212,6 +214,8 @@ class Engine(Decoder, Alternatives, SecondReading, IdleWork, Speculation, CostCa
         def make(budget: int) -> Prompt:
             return build_prompt(self.template, self.vocab, inp, budget)
 
+        if req.window:
+            return make(min(req.window, self._prompt_cap(req.max_tokens)))
         return self._sized(make, lambda p: p.tokens, req.max_tokens)
 
     def _align_with_path(self, prompt: Prompt) -> tuple[list[int], bytes]:
@@ -257,6 +261,7 @@ class Engine(Decoder, Alternatives, SecondReading, IdleWork, Speculation, CostCa
         # not later in the record's constructor (a thread switch there skews the span).
         t_start, wall = time.monotonic(), time.time()
         alternatives: list[str] = []
+        scores: list[float] = []
         rec = LatencyRecord(ts=wall, uri=req.uri, version=req.version, request_id=req.request_id,
                             model=self.model_name, backend=self.placement.backend,
                             gpu_layers=self.placement.gpu_layers,
@@ -271,6 +276,9 @@ class Engine(Decoder, Alternatives, SecondReading, IdleWork, Speculation, CostCa
                 text = ""
             elif req.prefill:
                 self._prefill_idle(req, rec, cancelled)
+                text = ""
+            elif req.score:
+                scores = self._score_middles(req, rec, cancelled)
                 text = ""
             else:
                 text, st = self._decode(req, rec, cancelled)  # (gated: fimls.engine.finish)
@@ -287,6 +295,9 @@ class Engine(Decoder, Alternatives, SecondReading, IdleWork, Speculation, CostCa
         if req.prefill:
             rec.outcome = (Outcome.PREFILL if rec.outcome != Outcome.CANCELLED
                            else Outcome.PREFILL_STOPPED)
+        elif req.score and rec.outcome != Outcome.CANCELLED:
+            rec.outcome = Outcome.SCORED
         else:
             set_outcome(rec, text)
-        return CompletionResult(text=text, record=rec, alternatives=alternatives)
+        return CompletionResult(text=text, record=rec, alternatives=alternatives,
+                                scores=scores)
