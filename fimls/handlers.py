@@ -23,6 +23,7 @@ from fimls.server import (
     ACCEPT_COMMAND,
     CURSOR_NOTIFICATION,
     DOCUMENT_STATE_REQUEST,
+    NEXT_EDITS_DISMISSED,
     NEXT_EDITS_REQUEST,
     OUTCOME_NOTIFICATIONS,
     STATUS_REQUEST,
@@ -134,8 +135,17 @@ async def next_edits(ls: FimlsServer, params: Any) -> dict[str, Any]:
     line = getattr(getattr(params, "position", None), "line", None)
     at = line if isinstance(line, int) else 0
     found = await ls.next_edits_for(uri)
+    log.debug("%s for %s: %d edits (pending: %s)", NEXT_EDITS_REQUEST, uri, len(found),
+              ls.next_edits.tracker.pending(uri))
     found.sort(key=lambda p: (p.uri != uri, abs(p.line - at) if p.uri == uri else p.line))
     return {"edits": [e for p in found if (e := _edit_json(ls, p)) is not None]}
+
+
+def next_edits_dismissed(ls: FimlsServer, params: Any) -> None:
+    """fimls/dismissNextEdits: the user dismissed the proposals; the chain ends."""
+    uri = getattr(getattr(params, "textDocument", None), "uri", None)
+    if isinstance(uri, str):
+        ls.next_edits.tracker.dismiss(uri)
 
 
 def _edit_json(ls: FimlsServer, p: Proposal) -> dict[str, Any] | None:
@@ -211,6 +221,7 @@ def build_server(options: Options, engine_factory: EngineFactory) -> FimlsServer
     server.feature(DOCUMENT_STATE_REQUEST)(document_state)
     server.feature(CURSOR_NOTIFICATION)(cursor)
     server.feature(NEXT_EDITS_REQUEST)(next_edits)
+    server.feature(NEXT_EDITS_DISMISSED)(next_edits_dismissed)
     for method, event in OUTCOME_NOTIFICATIONS.items():
         server.feature(method)(outcome_handler(event))
     server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions())(completion)

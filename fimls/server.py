@@ -64,6 +64,7 @@ STATUS_REQUEST = "fimls/status"
 DOCUMENT_STATE_REQUEST = "fimls/documentState"
 CURSOR_NOTIFICATION = "fimls/cursor"
 NEXT_EDITS_REQUEST = "fimls/nextEdits"
+NEXT_EDITS_DISMISSED = "fimls/dismissNextEdits"
 """Where the cursor rests ({textDocument: {uri}, position}), from fimls's own editor
 plugins: the idle prefill then evaluates the prompt there before it is asked for."""
 # What editors report about a suggestion, and the event it becomes in the latency log.

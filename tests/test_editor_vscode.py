@@ -61,6 +61,9 @@ def test_extension_lints_and_packages(tools: Path, tmp_path: Path) -> None:
     assert out.exists() and out.stat().st_size > 10_000
 
 
+SAMPLE = 'def add(a, b):\n    """Return the sum of a and b."""\n'
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -68,13 +71,14 @@ def _free_port() -> int:
 
 
 def run_vscode(tools: Path, tmp_path: Path, settings: dict[str, object] | None = None,
-               scenario: str = "accept") -> tuple[dict[str, object], Path, Path]:
+               scenario: str = "accept", text: str = SAMPLE,
+               ) -> tuple[dict[str, object], Path, Path]:
     """code-server with the packaged extension on sample.py, driven through ``scenario``
     (see tests/vscode/drive.js): what it saw, the latency log and the user-data folder."""
     env = _node_env(tools)
     work = tmp_path / "work"
     work.mkdir()
-    (work / "sample.py").write_text('def add(a, b):\n    """Return the sum of a and b."""\n')
+    (work / "sample.py").write_text(text)
     exts = tmp_path / "extensions"
     user = tmp_path / "user-data"
     (user / "User").mkdir(parents=True)
@@ -218,3 +222,24 @@ def test_the_trigger_key_offers_alternatives_and_the_second_is_accepted(tools: P
     events = [json.loads(x) for x in log.read_text().splitlines() if x.strip()]
     taken = [e for e in events if e.get("event") == "accepted"]
     assert taken and taken[-1].get("index") == 1, events[-5:]
+
+
+SHAPES = ("def area(width, height):\n"
+          "    size = width * height\n"
+          "    print(\"area\", size)\n"
+          "    return size\n")
+
+
+def test_a_rename_shows_the_next_place_tab_jumps_there_and_applies_it(
+        tools: Path, tmp_path: Path) -> None:
+    # Manual mode: no ghost text takes Tab. Every candidate is offered (a margin no verdict
+    # misses): the editor's part is tested here, the model's in test_e2e_nextedit.py.
+    seen, _log, _user = run_vscode(tools, tmp_path, {"fimls.triggerMode": "manual",
+                                                   "fimls.nextEditMargin": -1000},
+                                  "nextedit", SHAPES)
+    assert seen.get("first") == {"line": 2, "text": "size"}, seen
+    assert seen.get("cursor") == "Ln 3, Col 19", seen
+    assert seen.get("applied") and seen["applied"][2] == '    print("area", total)', seen
+    assert seen.get("second") == {"line": 3, "text": "size"}, seen
+    assert seen.get("afterDismiss") == "gone", seen
+    assert seen["lines"][3] == "    return size", seen  # type: ignore[index]

@@ -312,6 +312,9 @@ async def test_next_edits_follow_a_rename_nearest_first() -> None:
         # Applying one leaves the rest.
         _replace(client, uri, 3, 2, 16, 20, "total")
         assert [e.range.start.line for e in await _next_edits(client, uri, 2)] == [3, 7]
+        # Dismissing ends the chain.
+        client.protocol.notify("fimls/dismissNextEdits", {"textDocument": {"uri": uri}})
+        assert await _next_edits(client, uri, 2) == []
 
 
 async def test_typing_new_code_proposes_no_next_edit() -> None:

@@ -8,12 +8,13 @@
 // Switches: fimls.enable per language ("*" plus overrides), a global toggle and a snooze
 // (status-bar click or commands); a disabled or snoozed editor sends no request at all. In
 // manual mode (fimls.triggerMode) only an explicit trigger (Alt+\\, Trigger Inline
-// Suggestion) asks.
+// Suggestion) asks. Next edits (nextedit.js): after an edit, where the same change is due.
 'use strict';
 const vscode = require('vscode');
 const os = require('os');
 const path = require('path');
 const { LanguageClient, TransportKind } = require('vscode-languageclient/node');
+const nextEdit = require('./nextedit');
 
 let client;
 let status;
@@ -210,6 +211,8 @@ exports.activate = async function activate(context) {
   context.subscriptions.push(
     vscode.window.onDidChangeTextEditorSelection((e) => reportCursor(e.textEditor)),
     vscode.window.onDidChangeActiveTextEditor((e) => reportCursor(e)));
+  nextEdit.activate(context, () => client, (doc) => globallyOn() && languageOn(doc.languageId),
+    out);
   await client.start();
   reportCursor(vscode.window.activeTextEditor);
   out.info('fimls started: inlineCompletionProvider=' +

@@ -3,7 +3,7 @@
 'use strict';
 const fs = require('fs');
 const pkg = JSON.parse(fs.readFileSync(__dirname + '/package.json', 'utf8'));
-const src = fs.readFileSync(__dirname + '/extension.js', 'utf8');
+const src = ['extension.js', 'nextedit.js'].map((f) => fs.readFileSync(__dirname + '/' + f, 'utf8')).join('\n');
 const props = Object.keys(pkg.contributes.configuration.properties).map((k) => k.split('.')[1]);
 const used = [...src.matchAll(/get\('([A-Za-z]+)'\)/g)].map((m) => m[1]);
 const problems = [];

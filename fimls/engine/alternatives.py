@@ -9,9 +9,8 @@ ranked by the probability of the line up to them, and each goes on greedily to t
 its line. A branch at the line's first token is often only other indentation: the line
 read whole finds where the model really hesitated.
 
-On a CPU the branches are decoded plainly, one token a step: a draft has nothing to copy
-from for a line the model found less likely, and a verify batch of guesses costs more than
-the step it would save.
+The branches are decoded plainly, one token a step: a lookup draft has little to copy
+from for a line the model found less likely (docs/measurements/alternatives.md).
 """
 
 from __future__ import annotations

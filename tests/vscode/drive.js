@@ -38,6 +38,80 @@ async function untilGhost(page, ghostText, ask) {
   return null;
 }
 
+const statusText = (page) => page.evaluate(() => {
+  const el = [...document.querySelectorAll('.statusbar-item')].find((e) => e.textContent.includes('fimls'));
+  return el ? el.textContent : null;
+});
+
+// The lines as shown, and the struck-through text (the next edit's old text) with its line.
+const viewLines = (page) => page.evaluate(() => [...document.querySelectorAll(
+  '.editor-instance .monaco-editor .view-line')].sort((a, b) => a.offsetTop - b.offsetTop)
+  .map((e) => e.textContent.replace(/\u00a0/g, ' ')));
+const struck = (page) => page.evaluate(() => {
+  const lines = [...document.querySelectorAll('.editor-instance .monaco-editor .view-line')]
+    .sort((a, b) => a.offsetTop - b.offsetTop);
+  for (let i = 0; i < lines.length; i++) {
+    for (const span of lines[i].querySelectorAll('span')) {
+      if (getComputedStyle(span).textDecorationLine.includes('line-through')) {
+        return { line: i, text: span.textContent };
+      }
+    }
+  }
+  return null;
+});
+
+// nextedit: rename `size` on line 2 to `total`; the next place is struck through; Tab jumps
+// there, Tab again applies it; the one after is shown; Escape ends the chain.
+async function nextEdit(page, result) {
+  const wait = async (fn, ms) => {
+    for (let t = 0; t < ms; t += 250) {
+      const got = await fn();
+      if (got) return got;
+      await page.waitForTimeout(250);
+    }
+    return null;
+  };
+  const rename = async (to) => {
+    await page.keyboard.press('Control+Home');
+    await page.keyboard.press('ArrowDown');
+    await page.keyboard.press('Home');
+    await page.keyboard.press('Control+Shift+ArrowRight');
+    await page.keyboard.type(to, { delay: 60 });
+  };
+  // The server must have the file before the edit (else it never saw the edit), and the
+  // model loads meanwhile (no verdict, no place shown): edit again (a space, then gone)
+  // until a place shows.
+  await wait(() => statusText(page), 60000);
+  await page.waitForTimeout(10000);
+  await rename('total');
+  for (let i = 0; i < 30 && !result.first; i++) {
+    result.first = await wait(() => struck(page), 4000);
+    if (!result.first) {
+      await page.keyboard.type(' ');
+      await page.keyboard.press('Backspace');
+    }
+  }
+  await page.screenshot({ path: path.join(OUT, 'vscode-nextedit.png') });
+  await page.keyboard.press('Tab');
+  result.cursor = await wait(() => page.evaluate(() => {
+    const s = [...document.querySelectorAll('.statusbar-item')]
+      .find((e) => /Ln 3, Col \d+/.test(e.textContent));
+    return s ? s.textContent.match(/Ln \d+, Col \d+/)[0] : null;
+  }), 5000);
+  await page.keyboard.press('Tab');
+  result.applied = await wait(async () => {
+    const lines = await viewLines(page);
+    return lines[2] && lines[2].includes('total') ? lines : null;
+  }, 10000);
+  result.second = await wait(async () => {
+    const s = await struck(page);
+    return s && s.line !== (result.first && result.first.line) ? s : null;
+  }, 60000);
+  await page.keyboard.press('Escape');
+  result.afterDismiss = await wait(async () => ((await struck(page)) ? null : 'gone'), 5000);
+  result.lines = await viewLines(page);
+}
+
 (async () => {
   const profile = fs.mkdtempSync(path.join(OUT, 'chrome-'));
   const ctx = await chromium.launchPersistentContext(profile, {
@@ -87,13 +161,14 @@ async function untilGhost(page, ghostText, ask) {
       await page.click('.editor-instance .monaco-editor .view-lines');
       await page.keyboard.press('Control+End');
     };
-    const statusText = () => page.evaluate(() => {
-      const el = [...document.querySelectorAll('.statusbar-item')].find((e) => e.textContent.includes('fimls'));
-      return el ? el.textContent : null;
-    });
     if (SCENARIO === 'global') {
       await fromMenu('Turn fimls off');
-      result.statusOff = await statusText();
+      result.statusOff = await statusText(page);
+    }
+    if (SCENARIO === 'nextedit') {
+      await nextEdit(page, result);
+      console.log(JSON.stringify(result));
+      return;
     }
     await page.keyboard.type(TYPE, { delay: 60 });
     if (SCENARIO === 'switches' || SCENARIO === 'manual' || SCENARIO === 'global') {
@@ -134,7 +209,7 @@ async function untilGhost(page, ghostText, ask) {
     }
     result.lines = await page.evaluate(() => [...document.querySelectorAll('.monaco-editor .view-line')]
       .map((e) => e.textContent.replace(/\u00a0/g, ' ')));
-    result.status = await statusText();
+    result.status = await statusText(page);
     await page.screenshot({ path: path.join(OUT, 'vscode-accepted.png') });
   } finally {
     await ctx.close();

@@ -8,6 +8,7 @@
 -- Switches: `enabled` per filetype ('*' plus overrides), :FimlsToggle [filetype] and
 -- :FimlsSnooze [minutes]; a disabled buffer sends no request. `trigger_mode = 'manual'`
 -- asks only on `keymaps.trigger` (the server's triggerMode is set to match).
+-- Next edits (lua/fimls/nextedit.lua): after an edit, where the same change is due.
 local M = {}
 
 local defaults = {
@@ -29,7 +30,10 @@ local defaults = {
     dismiss = '<C-]>',
     trigger = '<M-\\>', -- ask now (in manual mode, the only way to ask): up to 3 items
     next = '<M-]>', -- the next of those items (their first lines differ)
+    next_edit = '<M-n>', -- jump to the marked next edit; on its line, apply it
+    next_edit_dismiss = '<M-N>', -- end the chain of next edits
   },
+  next_edits = true, -- after an edit, mark where the same change is due (fimls/nextEdits)
   hl_group = 'FimlsGhost',
 }
 
@@ -349,6 +353,8 @@ function M.setup(opts)
     M.config.init_options.triggerMode = M.config.trigger_mode
   end
   vim.api.nvim_set_hl(0, 'FimlsGhost', { link = 'Comment', default = true })
+  vim.api.nvim_set_hl(0, 'FimlsNextEdit', { link = 'DiffAdd', default = true })
+  vim.api.nvim_set_hl(0, 'FimlsNextEditOld', { link = 'DiffDelete', default = true })
   local lsp_cfg = {
     cmd = M.config.cmd,
     root_markers = M.config.root_markers,
@@ -365,6 +371,7 @@ function M.setup(opts)
     callback = function(args)
       local client = vim.lsp.get_client_by_id(args.data.client_id)
       if not client or client.name ~= 'fimls' then return end
+      if M.config.next_edits then require('fimls.nextedit').attach(args.buf, M.config.keymaps) end
       if builtin then
         vim.lsp.inline_completion.enable(M.enabled(args.buf), { bufnr = args.buf })
         vim.keymap.set('i', M.config.keymaps.accept, function()
