@@ -148,3 +148,15 @@ def test_repeated_edit_tasks_from_a_diff() -> None:
     (task,) = file_tasks("r/abc/f.py", "f.py", old, changed)
     assert task.edit_line == 1 and task.before == "a = size"
     assert task.text.split("\n")[1] == "a = total" and task.targets == {3: "b = total"}
+
+
+def test_the_bench_counts_precision_and_recall_at_each_margin() -> None:
+    from fimls.tools.nextedit_bench import Tally
+
+    rows = [{"margin": 5.0, "due": True}, {"margin": 3.0, "due": False},
+            {"margin": 0.5, "due": True}, {"margin": -1.0, "due": False}]
+    text = Tally(rows=rows, due=4, firsts=[120.0, 80.0, 300.0]).report(2.0)
+    lines = {ln.split()[0]: ln.split()[1:] for ln in text.splitlines()[1:] if ln[:1] == " "}
+    assert lines["2.0"] == ["2", "1", "0.500", "0.250"]
+    assert lines["0.0"] == ["3", "2", "0.667", "0.500"]
+    assert "p50 120 ms (3 tasks with one)" in text

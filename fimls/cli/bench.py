@@ -237,6 +237,21 @@ def _report(args: argparse.Namespace, plan: BenchPlan, result: Any, out: Path) -
         print(f"plot: {out / 'bench.png'}")
 
 
+def _run_next_edits(args: argparse.Namespace, opts: Options) -> int:
+    from fimls.tools.nextedit_bench import run_bench
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    model = Path(opts.model.model or "default").stem
+    path = out / f"nextedits-{model}-{args.split}.jsonl"
+    repos = [r for r in args.repos.split(",") if r]
+    tally = run_bench(args.next_edits, args.split, Path(args.mirrors), args.quality_tasks,
+                      opts, path, repos)
+    print(tally.report(opts.completion.next_edit_margin))
+    print(f"candidates: {path}")
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     """Speculation on/off on the same prompts, and the scenarios the flags ask for."""
     from fimls.tools import bench
@@ -245,6 +260,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     setup_logging(opts.logging.log_level)
     if args.quality:
         return run_quality(args, opts)
+    if args.next_edits:
+        return _run_next_edits(args, opts)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     plan = _plan(args, opts)

@@ -4,19 +4,18 @@ where it is due are found, and the model scores each (the edited line against th
 original, as the middle of a FIM prompt there). Precision and recall at each margin, and
 the time to the first verified proposal.
 
-    python -m fimls.tools.nextedit_bench --repos docs/measurements/nextedit-sets.toml \\
-        --split tuning --mirrors /work/.mirror --tasks 40 --out /tmp/ne.jsonl
+    fimls bench --next-edits docs/measurements/nextedit-sets.toml --split tuning \\
+        --quality-tasks 40 --out /tmp/ne
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -84,55 +83,53 @@ def summary(rows: list[dict[str, Any]], due_total: int, margins: list[float]) ->
     return "\n".join(out)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the tasks of the given repositories and print the table."""
-    from fimls.config import Options, apply_dict
+@dataclass
+class Tally:
+    """Every scored candidate, the places due, and the time to each task's first proposal."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    due: int = 0
+    firsts: list[float] = field(default_factory=list)
+
+    def report(self, margin: float) -> str:
+        out = summary(self.rows, self.due, sorted({-2.0, 0.0, 1.0, margin, 4.0, 8.0}))
+        firsts = sorted(self.firsts)
+        if firsts:
+            out += (f"\nfirst proposal after the edit (nextEditMargin {margin}): p50 "
+                    f"{firsts[len(firsts) // 2]:.0f} ms ({len(firsts)} tasks with one)")
+        return out
+
+
+def run_bench(sets_path: str, split: str, mirrors: Path, tasks: int, opts: Any,
+              out: Path, repos: Sequence[str] = ()) -> Tally:
+    """The next-edit tasks of ``split``'s repositories through an in-process engine of
+    ``opts`` at its ``nextEditMargin``; every candidate written to ``out`` (JSON Lines)."""
+    from dataclasses import replace
+
     from fimls.engine import make_engine
     from fimls.tools.edittasks import make_tasks
     from fimls.tools.quality_sets import load_sets, mirror_of
 
-    p = argparse.ArgumentParser(prog="nextedit_bench", description=__doc__.split("\n")[0])
-    p.add_argument("--repos", required=True, help="a sets file (TOML, as quality-sets.toml)")
-    p.add_argument("--split", default="tuning", choices=["tuning", "report"])
-    p.add_argument("--mirrors", type=Path, required=True)
-    p.add_argument("--tasks", type=int, default=40, help="tasks per repository")
-    p.add_argument("--model", default="qwen2.5-coder-1.5b")
-    p.add_argument("--margin", type=float, default=2.0,
-                   help="the nextEditMargin the tasks run at (default 2.0)")
-    p.add_argument("--out", type=Path, required=True)
-    a = p.parse_args(argv)
-    sets = load_sets(a.repos)
-    specs = sets.split(a.split)
-    opts, _ = apply_dict(Options(), {"isolation": "thread", "model": a.model})
-    engine = make_engine(opts, isolation="thread")
-    rows: list[dict[str, Any]] = []
-    firsts: list[float] = []  # per task with a proposal: ms to its first
-    due_total = 0
-    with open(a.out, "w", encoding="utf-8") as out:
-        for spec in specs:
-            tasks = make_tasks(mirror_of(a.mirrors, spec), spec.folder, a.tasks,
-                               [f".{e}" for e in spec.ext], seed=sets.seed,
-                               rev=spec.rev or "HEAD")
-            for i, task in enumerate(tasks):
-                scored, _n = run_task(engine, task, a.margin)
-                due_total += len(task.targets)
-                firsts += [s.ms for s in scored if s.margin > a.margin][:1]
+    sets = load_sets(sets_path)
+    margin = opts.completion.next_edit_margin
+    engine = make_engine(replace(opts, model=replace(opts.model, isolation="thread")),
+                         isolation="thread")
+    tally = Tally()
+    with open(out, "w", encoding="utf-8") as f:
+        for spec in sets.split(split, repos):
+            made = make_tasks(mirror_of(mirrors, spec), spec.folder, tasks or sets.tasks,
+                              [f".{e}" for e in spec.ext], seed=sets.seed, rev=spec.rev or "HEAD")
+            for i, task in enumerate(made):
+                scored, _n = run_task(engine, task, margin)
+                tally.due += len(task.targets)
+                tally.firsts += [s.ms for s in scored if s.margin > margin][:1]
                 for s in scored:
-                    rows.append(s.to_json())
-                    out.write(json.dumps({**s.to_json(), "repo": spec.folder}) + "\n")
-                out.write(json.dumps({"task_id": task.task_id, "repo": spec.folder,
-                                      "due": len(task.targets)}) + "\n")
-                out.flush()
-                print(f"\r{spec.folder} {i + 1}/{len(tasks)}", end="", file=sys.stderr)
+                    tally.rows.append(s.to_json())
+                    f.write(json.dumps({**s.to_json(), "repo": spec.repo}) + "\n")
+                f.write(json.dumps({"task_id": task.task_id, "repo": spec.repo,
+                                    "due": len(task.targets)}) + "\n")
+                f.flush()
+                print(f"\r{spec.repo} {i + 1}/{len(made)}", end="", file=sys.stderr)
     engine.close()
     print(file=sys.stderr)
-    print(summary(rows, due_total, [-2.0, 0.0, 1.0, 2.0, 4.0, 8.0]))
-    firsts.sort()
-    if firsts:
-        print(f"first proposal after the edit: p50 {firsts[len(firsts) // 2]:.0f} ms "
-              f"({len(firsts)} tasks with one)")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    return tally

@@ -12,6 +12,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="right first lines on real edits from the repositories of SETS_TOML "
                              "(docs/measurements/quality-sets.toml), beside llama-server with "
                              "--peer; only this runs")
+    parser.add_argument("--next-edits", metavar="SETS_TOML", default="",
+                        help="next-edit suggestions on repeated edits from the repositories of "
+                             "SETS_TOML (docs/measurements/nextedit-sets.toml): precision, "
+                             "recall and the time to the first proposal; only this runs")
     parser.add_argument("--split", choices=("tuning", "report"), default="tuning",
                         help="which repositories of --quality (default tuning)")
     parser.add_argument("--mirrors", default="/work/.mirror",
