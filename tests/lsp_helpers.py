@@ -21,7 +21,7 @@ from pytest_lsp.client import make_test_lsp_client
 from fimls.tools.harness import inline, insert, load_tasks, open_doc, utf16_position
 
 __all__ = ["ask_then_cancel", "capabilities", "end_position", "humaneval", "inline", "insert",
-           "open_doc", "read_log", "session", "wait_ready"]
+           "next_edits", "open_doc", "read_log", "replace_range", "session", "wait_ready"]
 
 
 def capabilities(*, encodings: Sequence[str] | None = None) -> types.ClientCapabilities:
@@ -131,3 +131,20 @@ async def ask_then_cancel(client: LanguageClient, uri: str, line: int, character
     else:
         assert not res or not res.items, res
     return time.monotonic() - t0
+
+
+def replace_range(client: LanguageClient, uri: str, version: int, line: int, start: int,
+                  end: int, text: str) -> None:
+    """Send didChange replacing characters ``start``-``end`` of ``line`` with ``text``."""
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+        content_changes=[types.TextDocumentContentChangePartial(range=types.Range(
+            start=types.Position(line=line, character=start),
+            end=types.Position(line=line, character=end)), text=text)]))
+
+
+async def next_edits(client: LanguageClient, uri: str, line: int) -> list[Any]:
+    """fimls/nextEdits at the start of ``line``: the edits it answers."""
+    res = await client.protocol.send_request_async("fimls/nextEdits", {
+        "textDocument": {"uri": uri}, "position": {"line": line, "character": 0}})
+    return list(res.edits)

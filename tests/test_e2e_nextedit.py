@@ -5,13 +5,9 @@ code proposes nothing."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
-from lsprotocol import types
-from pytest_lsp import LanguageClient
 
-from tests.lsp_helpers import insert, open_doc, session
+from tests.lsp_helpers import insert, next_edits, open_doc, replace_range, session
 
 pytestmark = pytest.mark.asyncio
 DEFAULT = "qwen2.5-coder-1.5b"
@@ -27,27 +23,12 @@ DOC = ("def area(width, height):\n"
        "    return size\n")
 
 
-def _replace(client: LanguageClient, uri: str, version: int, line: int, start: int, end: int,
-             text: str) -> None:
-    client.text_document_did_change(types.DidChangeTextDocumentParams(
-        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
-        content_changes=[types.TextDocumentContentChangePartial(range=types.Range(
-            start=types.Position(line=line, character=start),
-            end=types.Position(line=line, character=end)), text=text)]))
-
-
-async def _next_edits(client: LanguageClient, uri: str, line: int) -> list[Any]:
-    res = await client.protocol.send_request_async("fimls/nextEdits", {
-        "textDocument": {"uri": uri}, "position": {"line": line, "character": 0}})
-    return list(res.edits)
-
-
 async def test_a_rename_is_proposed_where_the_model_agrees() -> None:
     async with session(args=["--model", DEFAULT, "--idle-prefill", "false"]) as (client, _):
         uri = "file:///w/shapes.py"
         open_doc(client, uri, DOC)
-        _replace(client, uri, 2, 1, 4, 8, "total")  # size -> total in area()
-        edits = await _next_edits(client, uri, 1)
+        replace_range(client, uri, 2, 1, 4, 8, "total")  # size -> total in area()
+        edits = await next_edits(client, uri, 1)
         lines = [e.range.start.line for e in edits]
         print(f"rename in area(): proposed at lines {lines}, confidence "
               f"{[round(e.confidence, 3) for e in edits]}")
@@ -56,8 +37,8 @@ async def test_a_rename_is_proposed_where_the_model_agrees() -> None:
         assert 8 not in lines
         # Applying one leaves the rest.
         rng = edits[0].range
-        _replace(client, uri, 3, 2, rng.start.character, rng.end.character, "total")
-        assert [e.range.start.line for e in await _next_edits(client, uri, 2)][:1] == [3]
+        replace_range(client, uri, 3, 2, rng.start.character, rng.end.character, "total")
+        assert [e.range.start.line for e in await next_edits(client, uri, 2)][:1] == [3]
 
 
 async def test_typing_new_code_proposes_nothing() -> None:
@@ -68,5 +49,5 @@ async def test_typing_new_code_proposes_nothing() -> None:
         for i, ch in enumerate("    print(size)"):
             insert(client, uri, 3 + i, 3, i, ch)
             if ch in " (":
-                assert await _next_edits(client, uri, 3) == []
-        assert await _next_edits(client, uri, 3) == []
+                assert await next_edits(client, uri, 3) == []
+        assert await next_edits(client, uri, 3) == []

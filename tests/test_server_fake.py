@@ -14,7 +14,16 @@ import pytest
 from lsprotocol import types
 from pytest_lsp import LanguageClient
 
-from tests.lsp_helpers import ask_then_cancel, inline, insert, open_doc, read_log, session
+from tests.lsp_helpers import (
+    ask_then_cancel,
+    inline,
+    insert,
+    next_edits,
+    open_doc,
+    read_log,
+    replace_range,
+    session,
+)
 from tests.test_e2e_raw import ODD_MESSAGES, Raw, check_odd_message
 
 FAKE = [sys.executable, "-m", "tests.fake_server"]
@@ -270,21 +279,6 @@ async def test_the_accepted_item_is_logged_with_its_index(tmp_path: Path) -> Non
     assert events == {"r7": 2, "r8": 1, "r9": None}
 
 
-def _replace(client: LanguageClient, uri: str, version: int, line: int, start: int, end: int,
-             text: str) -> None:
-    client.text_document_did_change(types.DidChangeTextDocumentParams(
-        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
-        content_changes=[types.TextDocumentContentChangePartial(range=types.Range(
-            start=types.Position(line=line, character=start),
-            end=types.Position(line=line, character=end)), text=text)]))
-
-
-async def _next_edits(client: LanguageClient, uri: str, line: int) -> list[Any]:
-    res = await client.protocol.send_request_async("fimls/nextEdits", {
-        "textDocument": {"uri": uri}, "position": {"line": line, "character": 0}})
-    return list(res.edits)
-
-
 RENAMED = ("def area(w, h):\n"
            "    size = w * h\n"
            "    print('\U0001f600', size)\n"
@@ -300,9 +294,9 @@ async def test_next_edits_follow_a_rename_nearest_first() -> None:
     async with session(command=fake("--reject-line", "6")) as (client, _):
         uri = "file:///w/area.py"
         open_doc(client, uri, RENAMED)
-        assert await _next_edits(client, uri, 1) == []  # no edit yet
-        _replace(client, uri, 2, 1, 4, 8, "total")
-        edits = await _next_edits(client, uri, 1)
+        assert await next_edits(client, uri, 1) == []  # no edit yet
+        replace_range(client, uri, 2, 1, 4, 8, "total")
+        edits = await next_edits(client, uri, 1)
         assert [(e.range.start.line, e.newText) for e in edits] == [
             (2, "total"), (3, "total"), (7, "total")]
         # UTF-16 columns: the emoji before the name is two code units.
@@ -310,11 +304,11 @@ async def test_next_edits_follow_a_rename_nearest_first() -> None:
         assert (first.start.character, first.end.character) == (16, 20)
         assert edits[0].confidence > 0.99
         # Applying one leaves the rest.
-        _replace(client, uri, 3, 2, 16, 20, "total")
-        assert [e.range.start.line for e in await _next_edits(client, uri, 2)] == [3, 7]
+        replace_range(client, uri, 3, 2, 16, 20, "total")
+        assert [e.range.start.line for e in await next_edits(client, uri, 2)] == [3, 7]
         # Dismissing ends the chain.
         client.protocol.notify("fimls/dismissNextEdits", {"textDocument": {"uri": uri}})
-        assert await _next_edits(client, uri, 2) == []
+        assert await next_edits(client, uri, 2) == []
 
 
 async def test_typing_new_code_proposes_no_next_edit() -> None:
@@ -324,4 +318,4 @@ async def test_typing_new_code_proposes_no_next_edit() -> None:
         insert(client, uri, 2, 2, 0, "\n")
         for i, ch in enumerate("z = si"):
             insert(client, uri, 3 + i, 2, i, ch)
-        assert await _next_edits(client, uri, 2) == []
+        assert await next_edits(client, uri, 2) == []

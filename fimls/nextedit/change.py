@@ -11,7 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from fimls.nextedit.lexer import Kind, Token, closing_paren, opening_paren, texts, tokens
+from fimls.nextedit.lexer import (
+    Kind,
+    Token,
+    closing_paren,
+    common_ends,
+    opening_paren,
+    texts,
+    tokens,
+)
 
 
 class ChangeKind(Enum):
@@ -50,12 +58,7 @@ def recognize(old_line: str, new_line: str) -> Change | None:
     ta, tb = texts(a), texts(b)
     if ta == tb:
         return None
-    p = 0
-    while p < min(len(a), len(b)) and ta[p] == tb[p]:
-        p += 1
-    s = 0
-    while s < min(len(a), len(b)) - p and ta[-1 - s] == tb[-1 - s]:
-        s += 1
+    p, s = common_ends(ta, tb)
     oa, nb = a[p:len(a) - s], b[p:len(b) - s]
     return (_renamed(a, p, oa, nb) or _literal(a, p, oa, nb)
             or _argument(a, p, oa, nb, new_line)

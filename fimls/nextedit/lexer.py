@@ -9,6 +9,7 @@ identifier, so ``rootNodeCount`` never matches it.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -60,6 +61,18 @@ def tokens(line: str) -> list[Token]:
 def texts(toks: list[Token]) -> list[str]:
     """The tokens' texts: what two forms are compared by (spacing aside)."""
     return [t.text for t in toks]
+
+
+def common_ends(a: Sequence[str], b: Sequence[str]) -> tuple[int, int]:
+    """How many items ``a`` and ``b`` share at their start, and then at their end (the two
+    never overlap)."""
+    p = 0
+    while p < min(len(a), len(b)) and a[p] == b[p]:
+        p += 1
+    s = 0
+    while s < min(len(a), len(b)) - p and a[-1 - s] == b[-1 - s]:
+        s += 1
+    return p, s
 
 
 def closing_paren(toks: list[Token], open_at: int) -> int | None:

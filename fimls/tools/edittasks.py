@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fimls.nextedit.lexer import texts, tokens
+from fimls.nextedit.lexer import common_ends, texts, tokens
 
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 MAX_PLACES = 20  # more is a mass rename, not edits a user makes one by one
@@ -56,12 +56,7 @@ def substitution(old: str, new: str) -> Key | None:
     a, b = texts(tokens(old)), texts(tokens(new))
     if a == b:
         return None
-    p = 0
-    while p < min(len(a), len(b)) and a[p] == b[p]:
-        p += 1
-    s = 0
-    while s < min(len(a), len(b)) - p and a[-1 - s] == b[-1 - s]:
-        s += 1
+    p, s = common_ends(a, b)
     return tuple(a[p:len(a) - s]), tuple(b[p:len(b) - s])
 
 
