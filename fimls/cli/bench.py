@@ -238,11 +238,12 @@ def _report(args: argparse.Namespace, plan: BenchPlan, result: Any, out: Path) -
 
 
 def _run_next_edits(args: argparse.Namespace, opts: Options) -> int:
+    from fimls.models import default_model_name
     from fimls.tools.nextedit_bench import run_bench
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    model = Path(opts.model.model or "default").stem
+    model = Path(opts.model.model or default_model_name()).stem
     path = out / f"nextedits-{model}-{args.split}.jsonl"
     repos = [r for r in args.repos.split(",") if r]
     tally = run_bench(args.next_edits, args.split, Path(args.mirrors), args.quality_tasks,
